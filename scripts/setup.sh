@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# setup.sh — install everything SimplySync needs to build and test, on a Debian 12 x86_64 machine
+# run as root that reaches only the package registries (crates.io, npm, Debian apt).
+# Idempotent: a second run checks versions and skips what is already in place (a few seconds).
+#
+# Pins (see README "Toolchain"):
+#   wasm-bindgen-cli MUST equal the `wasm-bindgen` crate version pinned with `=` in Cargo.toml.
+#   wasm-opt comes from npm binaryen: Debian 12's binaryen 108 corrupts wasm-bindgen output
+#   (it moves the exported externref table, and the module then fails to instantiate).
+set -Eeuo pipefail
+
+WASM_BINDGEN_VERSION="0.2.129"
+WASM_PACK_VERSION="0.15.1"
+BINARYEN_NPM_VERSION="132.0.0"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TOOLS="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}"   # npm-installed tools (wasm-opt, playwright-core)
+
+CARGO_HOME="${CARGO_HOME:-$HOME/.cargo}"
+export PATH="$CARGO_HOME/bin:$PATH"
+BIN_DIR="${CARGO_INSTALL_ROOT:-$CARGO_HOME}/bin"
+
+STEP="start"
+die() { echo "setup.sh: FAILED at step '$STEP': $*" >&2; exit 1; }
+trap 'rc=$?; echo "setup.sh: FAILED at step: $STEP (exit $rc; command: $BASH_COMMAND)" >&2; exit $rc' ERR
+step() { STEP="$1"; echo "==> $1"; }
+t0=$SECONDS
+
+step "preflight"
+command -v cargo >/dev/null || die "cargo not found (expected a rustup toolchain in $CARGO_HOME/bin)"
+command -v rustup >/dev/null || die "rustup not found"
+SUDO=""
+[ "$(id -u)" = 0 ] || SUDO="sudo"
+
+step "apt: chromium, chromium-driver, clang, llvm"
+need_apt=""
+for p in chromium chromium-driver clang llvm; do
+  dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
+done
+if [ -n "$need_apt" ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq || die "apt-get update failed"
+  # clang: compiles SQLite's C for wasm32 (sqlite-wasm-rs); gcc cannot target wasm32.
+  # llvm: llvm-ar, the archiver cc-rs uses for wasm32.
+  # chromium + chromium-driver: the headless browser for wasm-bindgen-test and Playwright.
+  # shellcheck disable=SC2086
+  $SUDO apt-get install -y -qq --no-install-recommends $need_apt >/dev/null || die "apt-get install$need_apt failed"
+else
+  echo "already installed"
+fi
+[ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die "chromium/chromedriver missing after install"
+if dpkg -s binaryen >/dev/null 2>&1; then
+  echo "WARNING: Debian's binaryen (wasm-opt 108) is installed; it corrupts wasm-bindgen output."
+  echo "         This project never lets wasm-pack run wasm-opt and uses $TOOLS's wasm-opt instead."
+fi
+
+step "node"
+command -v node >/dev/null || $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+echo "node $(node --version)"
+
+step "rustup: wasm32-unknown-unknown, rustfmt, clippy"
+rustup target list --installed | grep -qx wasm32-unknown-unknown || rustup target add wasm32-unknown-unknown
+rustup component list --installed | grep -q '^rustfmt' || rustup component add rustfmt
+rustup component list --installed | grep -q '^clippy' || rustup component add clippy
+
+step "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION"
+if [ -x "$BIN_DIR/wasm-bindgen-test-runner" ] && [ "$("$BIN_DIR/wasm-bindgen" --version 2>/dev/null | awk '{print $2}')" = "$WASM_BINDGEN_VERSION" ]; then
+  echo "already installed"
+else
+  cargo install --locked --force wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+fi
+
+step "cargo install wasm-pack $WASM_PACK_VERSION"
+if [ -x "$BIN_DIR/wasm-pack" ] && [ "$("$BIN_DIR/wasm-pack" --version 2>/dev/null | awk '{print $2}')" = "$WASM_PACK_VERSION" ]; then
+  echo "already installed"
+else
+  cargo install --locked --force wasm-pack --version "$WASM_PACK_VERSION"
+fi
+
+step "npm tools in $TOOLS: binaryen@$BINARYEN_NPM_VERSION (wasm-opt), node test deps"
+$SUDO mkdir -p "$TOOLS"
+if [ "$("$TOOLS/node_modules/.bin/wasm-opt" --version 2>/dev/null | awk '{print $3}')" = "${BINARYEN_NPM_VERSION%%.*}" ]; then
+  echo "binaryen already installed"
+else
+  $SUDO npm install --prefix "$TOOLS" --no-audit --no-fund --silent "binaryen@$BINARYEN_NPM_VERSION"
+fi
+
+step "node dependencies of the test suite (scripts/node)"
+if [ -f "$ROOT/scripts/node/package.json" ]; then
+  (cd "$ROOT/scripts/node" && { [ -d node_modules ] && npm ls --silent >/dev/null 2>&1 || npm ci --no-audit --no-fund --silent; })
+fi
+
+step "verify"
+for b in wasm-bindgen wasm-bindgen-test-runner wasm-pack; do [ -x "$BIN_DIR/$b" ] || die "$b missing in $BIN_DIR"; done
+echo "wasm-bindgen: $("$BIN_DIR/wasm-bindgen" --version)"
+echo "wasm-pack:    $("$BIN_DIR/wasm-pack" --version)"
+echo "chromium:     $(/usr/bin/chromium --version 2>/dev/null | head -1)"
+echo "clang:        $(clang --version | sed -n 1p)"
+echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
+echo "setup.sh: OK in $((SECONDS - t0)) s"

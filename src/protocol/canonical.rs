@@ -1,0 +1,244 @@
+//! Canonical JSON: byte-identical to JavaScript's `JSON.stringify(value)` after sorting every
+//! object's keys recursively in UTF-16 code-unit order (JavaScript's default sort order).
+//!
+//! It is part of the contract: the plaintext of every envelope and every AAD is canonical JSON,
+//! so a change here breaks decryption of existing data. Numbers are written as
+//! `Number.prototype.toString` writes them (shortest round-trip digits, exponent form below 1e-6
+//! and from 1e21, `-0` as `0`); strings are escaped exactly as `JSON.stringify` escapes them
+//! (`\"`, `\\`, `\b \f \n \r \t`, other controls and lone surrogates as lower-case `\uXXXX`).
+
+use super::json::{Json, JsonString};
+
+/// The canonical JSON text of `value`.
+pub fn to_canonical_json(value: &Json) -> String {
+    let mut out = String::with_capacity(64);
+    write_value(value, &mut out);
+    out
+}
+
+/// Appends the canonical JSON text of `value` to `out`.
+pub fn write_canonical_json(value: &Json, out: &mut String) {
+    write_value(value, out);
+}
+
+fn write_value(value: &Json, out: &mut String) {
+    match value {
+        Json::Null => out.push_str("null"),
+        Json::Bool(true) => out.push_str("true"),
+        Json::Bool(false) => out.push_str("false"),
+        Json::Number(n) => push_number(n.get(), out),
+        Json::String(s) => write_string(s, out),
+        Json::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(item, out);
+            }
+            out.push(']');
+        }
+        Json::Object(map) => {
+            out.push('{');
+            // The map iterates in UTF-16 code-unit order already.
+            for (i, (key, item)) in map.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(key, out);
+                out.push(':');
+                write_value(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Writes a JSON string literal the way `JSON.stringify` does.
+pub fn write_string(s: &JsonString, out: &mut String) {
+    out.push('"');
+    match s.as_str() {
+        Some(text) => write_escaped_str(text, out),
+        None => {
+            // Pairs are stored combined, so decoding the units again yields exactly the
+            // characters plus the lone surrogates, which JSON.stringify escapes.
+            for r in char::decode_utf16(s.code_units()) {
+                match r {
+                    Ok(c) => write_escaped_char(c, out),
+                    Err(e) => push_unit_escape(e.unpaired_surrogate(), out),
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+/// Writes a `&str` as a JSON string literal the way `JSON.stringify` does.
+pub fn write_str_literal(s: &str, out: &mut String) {
+    out.push('"');
+    write_escaped_str(s, out);
+    out.push('"');
+}
+
+fn write_escaped_str(text: &str, out: &mut String) {
+    let bytes = text.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        if b < 0x20 || b == b'"' || b == b'\\' {
+            out.push_str(&text[start..i]);
+            write_escaped_char(b as char, out);
+            start = i + 1;
+        }
+    }
+    out.push_str(&text[start..]);
+}
+
+fn write_escaped_char(c: char, out: &mut String) {
+    match c {
+        '"' => out.push_str("\\\""),
+        '\\' => out.push_str("\\\\"),
+        '\u{08}' => out.push_str("\\b"),
+        '\u{0C}' => out.push_str("\\f"),
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        c if (c as u32) < 0x20 => push_unit_escape(c as u16, out),
+        c => out.push(c),
+    }
+}
+
+fn push_unit_escape(unit: u16, out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push_str("\\u");
+    for shift in [12, 8, 4, 0] {
+        out.push(HEX[usize::from((unit >> shift) & 0xF)] as char);
+    }
+}
+
+/// Formats a finite double exactly as JavaScript's `String(x)` does (and so `JSON.stringify`).
+pub fn format_number(x: f64) -> String {
+    let mut out = String::new();
+    push_number(x, &mut out);
+    out
+}
+
+fn push_number(x: f64, out: &mut String) {
+    if !x.is_finite() {
+        // JSON.stringify writes non-finite numbers as null; Json never holds them.
+        out.push_str("null");
+        return;
+    }
+    if x == 0.0 {
+        out.push('0'); // also -0
+        return;
+    }
+    if x < 0.0 {
+        out.push('-');
+    }
+    let x = x.abs();
+    if x < 1e15 && x.fract() == 0.0 {
+        // Integers below 10^15 print as their digits; skips the shortest-digits search.
+        use std::fmt::Write as _;
+        let _ = write!(out, "{}", x as u64);
+        return;
+    }
+    let mut buf = ryu::Buffer::new();
+    let (digits, n) = shortest_digits(buf.format_finite(x));
+    let k = digits.len() as i32;
+    // ECMA-262 Number::toString: value = 0.d1…dk × 10^n.
+    if k <= n && n <= 21 {
+        out.push_str(&digits);
+        out.extend(std::iter::repeat_n('0', (n - k) as usize));
+    } else if 0 < n && n <= 21 {
+        out.push_str(&digits[..n as usize]);
+        out.push('.');
+        out.push_str(&digits[n as usize..]);
+    } else if -6 < n && n <= 0 {
+        out.push_str("0.");
+        out.extend(std::iter::repeat_n('0', (-n) as usize));
+        out.push_str(&digits);
+    } else {
+        out.push_str(&digits[..1]);
+        if k > 1 {
+            out.push('.');
+            out.push_str(&digits[1..]);
+        }
+        out.push('e');
+        let e = n - 1;
+        out.push(if e < 0 { '-' } else { '+' });
+        out.push_str(&e.abs().to_string());
+    }
+}
+
+/// Splits ryu's shortest representation of a positive double into its significant digits
+/// (no leading or trailing zeros) and `n`, the position of the decimal point relative to them.
+fn shortest_digits(text: &str) -> (String, i32) {
+    let (mantissa, exp) = match text.split_once(['e', 'E']) {
+        Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes integer exponents")),
+        None => (text, 0),
+    };
+    let (int_part, frac_part) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let mut digits: String = int_part.chars().chain(frac_part.chars()).collect();
+    let mut point = int_part.len() as i32 + exp;
+    let leading = digits.len() - digits.trim_start_matches('0').len();
+    digits.drain(..leading);
+    point -= leading as i32;
+    let trimmed = digits.trim_end_matches('0').len();
+    digits.truncate(trimmed);
+    (digits, point)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_print_like_javascript() {
+        let cases: &[(f64, &str)] = &[
+            (0.0, "0"),
+            (-0.0, "0"),
+            (1.0, "1"),
+            (-1.5, "-1.5"),
+            (0.1, "0.1"),
+            (0.1 + 0.2, "0.30000000000000004"),
+            (1e21, "1e+21"),
+            (1e20, "100000000000000000000"),
+            (123456789012345680000.0, "123456789012345680000"),
+            (1e-6, "0.000001"),
+            (1e-7, "1e-7"),
+            (1.5e-7, "1.5e-7"),
+            (5e-324, "5e-324"),
+            (f64::MAX, "1.7976931348623157e+308"),
+            (9007199254740993.0, "9007199254740992"),
+            (1e15, "1000000000000000"),
+            (123.456, "123.456"),
+            (-1e-7, "-1e-7"),
+        ];
+        for (x, want) in cases {
+            assert_eq!(format_number(*x), *want, "formatting {x:e}");
+        }
+    }
+
+    #[test]
+    fn strings_escape_like_json_stringify() {
+        let s = JsonString::from("a\"b\\c\u{08}\u{0C}\n\r\t\u{01}\u{1F}\u{7F}\u{2028}é😀");
+        let mut out = String::new();
+        write_string(&s, &mut out);
+        assert_eq!(out, "\"a\\\"b\\\\c\\b\\f\\n\\r\\t\\u0001\\u001f\u{7F}\u{2028}é😀\"");
+
+        let lone = JsonString::from_utf16(&[0xDEAD, 0x41, 0xD83D]);
+        let mut out = String::new();
+        write_string(&lone, &mut out);
+        assert_eq!(out, "\"\\udeadA\\ud83d\"");
+    }
+
+    #[test]
+    fn objects_sort_keys_recursively() {
+        let v = Json::object([
+            ("b", Json::object([("z", Json::Null), ("a", Json::from(1.0))])),
+            ("10", Json::Bool(true)),
+            ("2", Json::Array(vec![Json::from("x"), Json::object([("y", Json::Null), ("x", Json::Null)])])),
+        ]);
+        assert_eq!(to_canonical_json(&v), r#"{"10":true,"2":["x",{"x":null,"y":null}],"b":{"a":1,"z":null}}"#);
+    }
+}

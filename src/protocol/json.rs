@@ -1,0 +1,378 @@
+//! The JSON value model of the protocol: exactly the values a JavaScript `JSON.parse` can yield.
+//!
+//! Differences from `serde_json::Value`, all deliberate:
+//! - strings are JavaScript strings: they may hold **lone surrogates** (stored as WTF-8), so a
+//!   value that came from JS survives the trip through Rust unchanged;
+//! - numbers are IEEE-754 doubles, like JS numbers, and always finite;
+//! - object keys are unique and kept in **UTF-16 code-unit order**, the order canonical JSON
+//!   writes them in (see [`crate::protocol::canonical`]).
+//!
+//! This module does no I/O and no allocation beyond the values themselves.
+
+use std::cmp::Ordering;
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// A JavaScript string: UTF-16 semantics, stored as WTF-8 (UTF-8 that may also encode an
+/// unpaired surrogate as a 3-byte sequence). Paired surrogates are always stored combined, so
+/// every JS string has exactly one representation.
+#[derive(Clone, PartialEq, Eq, Hash, Default)]
+pub struct JsonString(Vec<u8>);
+
+impl JsonString {
+    /// The string as `&str`, or `None` if it contains a lone surrogate.
+    pub fn as_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.0).ok()
+    }
+
+    /// The string with every lone surrogate replaced by U+FFFD.
+    pub fn to_string_lossy(&self) -> String {
+        match self.as_str() {
+            Some(s) => s.to_owned(),
+            None => String::from_utf16_lossy(&self.code_units().collect::<Vec<_>>()),
+        }
+    }
+
+    /// Builds a string from UTF-16 code units, keeping lone surrogates.
+    pub fn from_utf16(units: &[u16]) -> Self {
+        let mut bytes = Vec::with_capacity(units.len());
+        for r in char::decode_utf16(units.iter().copied()) {
+            match r {
+                Ok(c) => {
+                    let mut buf = [0u8; 4];
+                    bytes.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+                Err(e) => push_surrogate(&mut bytes, e.unpaired_surrogate()),
+            }
+        }
+        JsonString(bytes)
+    }
+
+    /// The UTF-16 code units of the string, as JavaScript sees them.
+    pub fn code_units(&self) -> CodeUnits<'_> {
+        CodeUnits { bytes: &self.0, pending_low: None }
+    }
+
+    /// The WTF-8 bytes (valid UTF-8 unless the string has a lone surrogate).
+    pub fn as_wtf8(&self) -> &[u8] {
+        &self.0
+    }
+
+    /// Length in UTF-16 code units (JavaScript's `length`).
+    pub fn utf16_len(&self) -> usize {
+        self.code_units().count()
+    }
+
+    pub(crate) fn push_char(&mut self, c: char) {
+        let mut buf = [0u8; 4];
+        self.0.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+    }
+
+    pub(crate) fn push_str(&mut self, s: &str) {
+        self.0.extend_from_slice(s.as_bytes());
+    }
+
+    /// Appends one UTF-16 code unit that is a surrogate, combining it with a preceding lone high
+    /// surrogate when it is a low one (so `"\uD83D" + "\uDE00"` becomes one character).
+    pub(crate) fn push_surrogate_unit(&mut self, unit: u16) {
+        if (0xDC00..=0xDFFF).contains(&unit) {
+            if let Some(high) = self.trailing_lone_high_surrogate() {
+                self.0.truncate(self.0.len() - 3);
+                let cp = 0x10000 + ((u32::from(high) - 0xD800) << 10) + (u32::from(unit) - 0xDC00);
+                self.push_char(char::from_u32(cp).expect("a surrogate pair is a valid scalar"));
+                return;
+            }
+        }
+        push_surrogate(&mut self.0, unit);
+    }
+
+    fn trailing_lone_high_surrogate(&self) -> Option<u16> {
+        let n = self.0.len();
+        if n >= 3 && self.0[n - 3] == 0xED && (0xA0..=0xAF).contains(&self.0[n - 2]) {
+            let b = &self.0[n - 3..];
+            Some((((u16::from(b[0]) & 0x0F) << 12) | ((u16::from(b[1]) & 0x3F) << 6)) | (u16::from(b[2]) & 0x3F))
+        } else {
+            None
+        }
+    }
+}
+
+fn push_surrogate(bytes: &mut Vec<u8>, unit: u16) {
+    bytes.push(0xE0 | (unit >> 12) as u8);
+    bytes.push(0x80 | ((unit >> 6) & 0x3F) as u8);
+    bytes.push(0x80 | (unit & 0x3F) as u8);
+}
+
+impl From<&str> for JsonString {
+    fn from(s: &str) -> Self {
+        JsonString(s.as_bytes().to_vec())
+    }
+}
+
+impl From<String> for JsonString {
+    fn from(s: String) -> Self {
+        JsonString(s.into_bytes())
+    }
+}
+
+impl fmt::Debug for JsonString {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.as_str() {
+            Some(s) => fmt::Debug::fmt(s, f),
+            None => write!(f, "{:?} (with lone surrogates)", self.to_string_lossy()),
+        }
+    }
+}
+
+/// Strings order by UTF-16 code units, like JavaScript's default `Array.prototype.sort`:
+/// `"10" < "2"`, and U+FFFF sorts after U+10000 (whose first unit is a surrogate).
+impl Ord for JsonString {
+    fn cmp(&self, other: &Self) -> Ordering {
+        if self.0.is_ascii() && other.0.is_ascii() {
+            return self.0.cmp(&other.0);
+        }
+        self.code_units().cmp(other.code_units())
+    }
+}
+
+impl PartialOrd for JsonString {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Iterator over the UTF-16 code units of a [`JsonString`].
+#[derive(Debug, Clone)]
+pub struct CodeUnits<'a> {
+    bytes: &'a [u8],
+    pending_low: Option<u16>,
+}
+
+impl Iterator for CodeUnits<'_> {
+    type Item = u16;
+
+    fn next(&mut self) -> Option<u16> {
+        if let Some(low) = self.pending_low.take() {
+            return Some(low);
+        }
+        let b = self.bytes;
+        let first = *b.first()?;
+        // Generalized UTF-8 decoding: the bytes were produced by this module, so they are
+        // well-formed WTF-8 and the continuation bytes exist.
+        let (cp, len) = match first {
+            0x00..=0x7F => (u32::from(first), 1),
+            0xC0..=0xDF => ((u32::from(first) & 0x1F) << 6 | (u32::from(b[1]) & 0x3F), 2),
+            0xE0..=0xEF => {
+                ((u32::from(first) & 0x0F) << 12 | (u32::from(b[1]) & 0x3F) << 6 | (u32::from(b[2]) & 0x3F), 3)
+            }
+            _ => (
+                (u32::from(first) & 0x07) << 18
+                    | (u32::from(b[1]) & 0x3F) << 12
+                    | (u32::from(b[2]) & 0x3F) << 6
+                    | (u32::from(b[3]) & 0x3F),
+                4,
+            ),
+        };
+        self.bytes = &b[len..];
+        if cp >= 0x10000 {
+            let v = cp - 0x10000;
+            self.pending_low = Some(0xDC00 | (v & 0x3FF) as u16);
+            Some(0xD800 | (v >> 10) as u16)
+        } else {
+            Some(cp as u16)
+        }
+    }
+}
+
+/// A finite IEEE-754 double (JavaScript `number`). `NaN` and the infinities are not JSON.
+#[derive(Clone, Copy, PartialEq, PartialOrd)]
+pub struct JsonNumber(f64);
+
+impl JsonNumber {
+    /// The number, or `None` if `x` is not finite.
+    pub fn new(x: f64) -> Option<Self> {
+        x.is_finite().then_some(JsonNumber(x))
+    }
+
+    /// The value as a double.
+    pub fn get(self) -> f64 {
+        self.0
+    }
+
+    /// The value as an integer when it is one exactly and within ±(2^53 − 1), JavaScript's
+    /// safe-integer range.
+    pub fn as_safe_integer(self) -> Option<i64> {
+        let x = self.0;
+        (x.fract() == 0.0 && x.abs() <= MAX_SAFE_INTEGER as f64).then_some(x as i64)
+    }
+}
+
+/// JavaScript's `Number.MAX_SAFE_INTEGER`.
+pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
+
+impl fmt::Debug for JsonNumber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::protocol::canonical::format_number(self.0))
+    }
+}
+
+/// A JSON value as JavaScript sees it.
+#[derive(Clone, PartialEq)]
+pub enum Json {
+    /// `null`
+    Null,
+    /// `true` / `false`
+    Bool(bool),
+    /// A finite double.
+    Number(JsonNumber),
+    /// A JavaScript string.
+    String(JsonString),
+    /// An array.
+    Array(Vec<Json>),
+    /// An object; keys unique, iterated in UTF-16 code-unit order.
+    Object(BTreeMap<JsonString, Json>),
+}
+
+impl Json {
+    /// A number value; non-finite input becomes `null`, as `JSON.stringify` writes it.
+    pub fn number(x: f64) -> Json {
+        JsonNumber::new(x).map_or(Json::Null, Json::Number)
+    }
+
+    /// A string value.
+    pub fn string(s: impl Into<JsonString>) -> Json {
+        Json::String(s.into())
+    }
+
+    /// An object from `(key, value)` pairs; a repeated key keeps its last value.
+    pub fn object<K: Into<JsonString>>(pairs: impl IntoIterator<Item = (K, Json)>) -> Json {
+        Json::Object(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect())
+    }
+
+    /// The member `key` of an object.
+    pub fn get(&self, key: &str) -> Option<&Json> {
+        match self {
+            Json::Object(map) => map.get(&JsonString::from(key)),
+            _ => None,
+        }
+    }
+
+    /// The string value as `&str` (None for other types or strings with lone surrogates).
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Json::String(s) => s.as_str(),
+            _ => None,
+        }
+    }
+
+    /// The number value.
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Json::Number(n) => Some(n.get()),
+            _ => None,
+        }
+    }
+
+    /// The boolean value.
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Json::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// The name of the value's JSON type, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Json::Null => "null",
+            Json::Bool(_) => "boolean",
+            Json::Number(_) => "number",
+            Json::String(_) => "string",
+            Json::Array(_) => "array",
+            Json::Object(_) => "object",
+        }
+    }
+}
+
+impl fmt::Debug for Json {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&crate::protocol::canonical::to_canonical_json(self))
+    }
+}
+
+impl From<&str> for Json {
+    fn from(s: &str) -> Self {
+        Json::string(s)
+    }
+}
+
+impl From<String> for Json {
+    fn from(s: String) -> Self {
+        Json::string(s)
+    }
+}
+
+impl From<bool> for Json {
+    fn from(b: bool) -> Self {
+        Json::Bool(b)
+    }
+}
+
+impl From<i64> for Json {
+    fn from(i: i64) -> Self {
+        Json::number(i as f64)
+    }
+}
+
+impl From<u64> for Json {
+    fn from(i: u64) -> Self {
+        Json::number(i as f64)
+    }
+}
+
+impl From<u32> for Json {
+    fn from(i: u32) -> Self {
+        Json::number(f64::from(i))
+    }
+}
+
+impl From<f64> for Json {
+    fn from(x: f64) -> Self {
+        Json::number(x)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_by_utf16_code_units_not_bytes_or_numbers() {
+        let mut keys: Vec<JsonString> =
+            ["2", "10", "\u{FFFF}", "\u{10000}", "a", "B"].iter().map(|s| JsonString::from(*s)).collect();
+        keys.sort();
+        let sorted: Vec<String> = keys.iter().map(|k| k.to_string_lossy()).collect();
+        assert_eq!(sorted, ["10", "2", "B", "a", "\u{10000}", "\u{FFFF}"]);
+    }
+
+    #[test]
+    fn lone_surrogates_survive_and_pairs_combine() {
+        let lone = JsonString::from_utf16(&[0x61, 0xD800, 0x62]);
+        assert_eq!(lone.as_str(), None);
+        assert_eq!(lone.code_units().collect::<Vec<_>>(), vec![0x61, 0xD800, 0x62]);
+
+        let mut s = JsonString::default();
+        s.push_surrogate_unit(0xD83D);
+        s.push_surrogate_unit(0xDE00);
+        assert_eq!(s.as_str(), Some("\u{1F600}"));
+        assert_eq!(s, JsonString::from_utf16(&[0xD83D, 0xDE00]));
+    }
+
+    #[test]
+    fn safe_integers_are_recognized() {
+        assert_eq!(JsonNumber::new(42.0).unwrap().as_safe_integer(), Some(42));
+        assert_eq!(JsonNumber::new(0.5).unwrap().as_safe_integer(), None);
+        assert_eq!(JsonNumber::new(2f64.powi(53)).unwrap().as_safe_integer(), None);
+        assert!(JsonNumber::new(f64::NAN).is_none());
+    }
+}

@@ -1,0 +1,171 @@
+//! Request and response bodies of the relay's HTTP API, shared by the engine and the relay so
+//! they cannot drift. Field names are the wire's (camelCase). Fields marked *additive* are
+//! SimplySync extensions: a client that ignores them still speaks the spec's protocol.
+
+use serde::{Deserialize, Serialize};
+
+use super::envelope::SyncEnvelope;
+
+/// `POST /v1/events` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PushRequest {
+    /// The owner pushing.
+    pub owner_id: String,
+    /// The envelopes, at most `MAX_EVENTS_PER_PUSH`.
+    pub events: Vec<SyncEnvelope>,
+}
+
+/// `POST /v1/events` response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushResponse {
+    /// Events newly stored.
+    pub accepted: u64,
+    /// Events the relay already had (same owner and event id).
+    pub duplicate: u64,
+}
+
+/// `GET /v1/events` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullResponse {
+    /// Envelopes in server-seq order.
+    pub events: Vec<SyncEnvelope>,
+    /// The last seq returned (or the `after` given, when the page is empty). Opaque to clients.
+    pub next_cursor: String,
+    /// *Additive*: the relay database's epoch id; it changes only when the database is new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+    /// *Additive*: the last seq ever assigned to this owner (never lowered by compaction).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_seq: Option<u64>,
+}
+
+/// `POST /v1/streams/compact` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactRequest {
+    /// The owner.
+    pub owner_id: String,
+    /// Stream ids to drop entirely (22-char base64url each).
+    pub stream_ids: Vec<String>,
+}
+
+/// `POST /v1/streams/compact` response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CompactResponse {
+    /// Events removed.
+    pub deleted_events: u64,
+    /// Bytes credited back to the owner.
+    pub reclaimed_bytes: u64,
+}
+
+/// `POST /v1/owner/close` body.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseRequest {
+    /// The owner to close.
+    pub owner_id: String,
+}
+
+/// `POST /v1/owner/close` response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct CloseResponse {
+    /// Always true.
+    pub closed: bool,
+    /// Events deleted by this call (0 on a repeated close).
+    pub deleted_events: u64,
+    /// Blob chunks deleted by this call.
+    pub deleted_blobs: u64,
+}
+
+/// `PUT /v1/blobs/:hash` response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BlobPutResponse {
+    /// True when the chunk is now stored (new or already there).
+    pub stored: bool,
+    /// True when the relay already had it.
+    pub duplicate: bool,
+}
+
+/// `server` of `/v1/status`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ServerInfo {
+    /// Relay version.
+    pub version: String,
+    /// Relay wall time, ISO-8601.
+    pub server_time: String,
+    /// *Additive*: the database epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+}
+
+/// `account` of `/v1/status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AccountInfo {
+    /// The owner.
+    pub owner_id: String,
+    /// `MAX_OWNER_BYTES` of this relay.
+    pub quota_bytes: u64,
+    /// This owner's stored bytes (events + blobs).
+    pub used_bytes: u64,
+    /// `usedBytes / quotaBytes × 100`, two decimals.
+    pub used_pct: f64,
+    /// Last seq assigned to this owner.
+    pub head_seq: u64,
+    /// Distinct streams stored.
+    pub streams: u64,
+    /// Events stored.
+    pub events: u64,
+    /// When the owner registered, ISO-8601.
+    pub created_at: String,
+}
+
+/// `GET /v1/status` response.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusResponse {
+    /// Relay facts.
+    pub server: ServerInfo,
+    /// The owner's account.
+    pub account: AccountInfo,
+}
+
+/// `GET /v1/usage` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageResponse {
+    /// The owner.
+    pub owner_id: String,
+    /// Stored bytes (events + blobs).
+    pub stored_bytes: u64,
+}
+
+/// `GET /health` response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HealthResponse {
+    /// Always true.
+    pub ok: bool,
+    /// Service name.
+    pub service: String,
+    /// Relay version.
+    pub version: String,
+    /// Relay wall time, ISO-8601.
+    pub server_time: String,
+    /// *Additive*: the database epoch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<String>,
+}
+
+/// Every error response: `{ "error": "<code>", "message": "<text>" }`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    /// A stable machine-readable code (see PROTOCOL.md).
+    pub error: String,
+    /// What was wrong, for humans.
+    pub message: String,
+}

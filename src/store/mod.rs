@@ -1,0 +1,33 @@
+//! SQLite access through rusqlite: bundled SQLite natively, sqlite-wasm-rs in the browser with
+//! the OPFS SyncAccessHandle-pool VFS (dedicated workers only; see [`opfs`]).
+
+use rusqlite::Connection;
+
+#[cfg(target_arch = "wasm32")]
+pub mod opfs;
+
+/// Why the local database could not be opened or used.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// SQLite reported an error.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The browser's OPFS storage could not be set up.
+    #[error("OPFS storage unavailable: {0}")]
+    Opfs(String),
+}
+
+/// Pragmas applied to every connection the engine opens. `synchronous=FULL` keeps each
+/// committed transaction durable on power loss.
+pub fn configure(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("PRAGMA foreign_keys = ON; PRAGMA synchronous = FULL;")?;
+    Ok(())
+}
+
+/// Opens (creating if needed) a database file natively, or on the installed default VFS in
+/// the browser.
+pub fn open_path(path: &str) -> Result<Connection, StoreError> {
+    let conn = Connection::open(path)?;
+    configure(&conn)?;
+    Ok(conn)
+}

@@ -1,0 +1,57 @@
+//! SQLite on OPFS in a real browser: rusqlite over the sahpool VFS, inside a dedicated worker.
+//! Browser only (`wasm-pack test --headless --chrome`).
+#![cfg(target_arch = "wasm32")]
+
+use simplysync::protocol::base64url;
+use simplysync::protocol::entropy::{random_bytes, OsEntropy};
+use simplysync::store::opfs::{install_opfs, open_opfs};
+use sqlite_wasm_rs::vfs::VfsFilesManager as _;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_dedicated_worker);
+
+fn unique_name(prefix: &str) -> String {
+    format!("{prefix}-{}.db", base64url::encode(&random_bytes::<6>(&mut OsEntropy).unwrap()))
+}
+
+#[wasm_bindgen_test]
+async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquires_its_files() {
+    let pool = install_opfs("simplysync-tests").await.expect("OPFS pool installs in a dedicated worker");
+    let name = unique_name("persist");
+    {
+        let conn = open_opfs(&name).unwrap();
+        conn.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, v BLOB NOT NULL)").unwrap();
+        let mut stmt = conn.prepare("INSERT INTO t (id, v) VALUES (?1, ?2)").unwrap();
+        for i in 0..100u32 {
+            stmt.execute(rusqlite::params![format!("row{i}"), i.to_le_bytes().to_vec()]).unwrap();
+        }
+    }
+    assert!(pool.contains(&name).unwrap(), "the file is in the pool");
+
+    // Release every OPFS handle and take them again: what we read next comes from storage.
+    pool.pause().unwrap();
+    pool.resume().await.unwrap();
+
+    let conn = open_opfs(&name).unwrap();
+    let count: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(count, 100);
+    let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = 'row42'", [], |r| r.get(0)).unwrap();
+    assert_eq!(v, 42u32.to_le_bytes().to_vec());
+    drop(conn);
+    assert!(pool.remove(&name).unwrap());
+}
+
+#[wasm_bindgen_test]
+async fn a_transaction_rolled_back_on_opfs_leaves_no_trace() {
+    install_opfs("simplysync-tests").await.unwrap();
+    let name = unique_name("rollback");
+    let mut conn = open_opfs(&name).unwrap();
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
+    {
+        let tx = conn.transaction().unwrap();
+        tx.execute("INSERT INTO t (id) VALUES (1)", []).unwrap();
+        tx.rollback().unwrap();
+    }
+    let count: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(count, 0);
+}

@@ -1,0 +1,105 @@
+use crate::test;
+use simplysync::protocol::entropy::OsEntropy;
+use simplysync::protocol::envelope::CryptoError;
+use simplysync::protocol::{decrypt_envelope, encrypt_payload, parse_json, EventMeta, Identity, SyncEnvelope};
+
+fn alice() -> Identity {
+    Identity::from_secret("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8").unwrap()
+}
+
+fn sealed() -> (Identity, SyncEnvelope) {
+    let id = alice();
+    let meta = EventMeta {
+        event_id: "001764504000000-000000-dev1".into(),
+        device_id: "dev1".into(),
+        created_at: "2025-11-30T12:00:00.000Z".into(),
+        stream_id: Some(id.stream_id("todos", "r1")),
+    };
+    let payload = parse_json(r#"{"table":"todos","row":{"title":"milk"}}"#).unwrap();
+    let env = encrypt_payload(&id, &meta, &payload, &mut OsEntropy).unwrap();
+    (id, env)
+}
+
+#[test]
+fn a_sealed_payload_opens_to_the_same_value() {
+    let (id, env) = sealed();
+    let v = decrypt_envelope(&id, &env).unwrap();
+    assert_eq!(v.get("row").and_then(|r| r.get("title")).and_then(|t| t.as_str()), Some("milk"));
+}
+
+#[test]
+fn every_seal_uses_a_fresh_nonce() {
+    let (_, a) = sealed();
+    let (_, b) = sealed();
+    assert_ne!(a.nonce, b.nonce);
+    assert_ne!(a.ciphertext, b.ciphertext);
+}
+
+#[test]
+fn a_foreign_owner_is_refused_before_decryption() {
+    let (_, env) = sealed();
+    let bob = Identity::from_secret("sf1_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE").unwrap();
+    assert!(matches!(decrypt_envelope(&bob, &env), Err(CryptoError::ForeignOwner { .. })));
+    // Even with the owner field rewritten to Bob's, the key is wrong: authentication fails.
+    let mut rebound = env.clone();
+    rebound.owner_id = bob.owner_id().to_owned();
+    assert_eq!(decrypt_envelope(&bob, &rebound), Err(CryptoError::AuthenticationFailed));
+}
+
+#[test]
+fn tampering_with_any_header_field_fails_authentication() {
+    let (id, env) = sealed();
+    let edits: [fn(&mut SyncEnvelope); 5] = [
+        |e| e.event_id = "001764504000001-000000-dev1".into(),
+        |e| e.device_id = "dev2".into(),
+        |e| e.created_at = "2030-01-01T00:00:00.000Z".into(),
+        |e| e.stream_id = Some("AAAAAAAAAAAAAAAAAAAAAA".into()),
+        |e| e.stream_id = None,
+    ];
+    for edit in edits {
+        let mut t = env.clone();
+        edit(&mut t);
+        assert_eq!(decrypt_envelope(&id, &t), Err(CryptoError::AuthenticationFailed));
+    }
+}
+
+#[test]
+fn flipping_any_ciphertext_byte_fails_authentication() {
+    let (id, env) = sealed();
+    let ct = simplysync::protocol::base64url::decode(&env.ciphertext).unwrap();
+    for i in [0, ct.len() / 2, ct.len() - 1] {
+        let mut bytes = ct.clone();
+        bytes[i] ^= 0x01;
+        let mut t = env.clone();
+        t.ciphertext = simplysync::protocol::base64url::encode(&bytes);
+        assert_eq!(decrypt_envelope(&id, &t), Err(CryptoError::AuthenticationFailed), "byte {i}");
+    }
+}
+
+#[test]
+fn malformed_fields_and_versions_are_errors_not_panics() {
+    let (id, env) = sealed();
+    let mut t = env.clone();
+    t.nonce = "AAAA".into();
+    assert!(matches!(decrypt_envelope(&id, &t), Err(CryptoError::MalformedField { field: "nonce", .. })));
+    let mut t = env.clone();
+    t.ciphertext = "AAAA".into();
+    assert!(matches!(decrypt_envelope(&id, &t), Err(CryptoError::MalformedField { field: "ciphertext", .. })));
+    let mut t = env.clone();
+    t.ciphertext = "!!".into();
+    assert!(matches!(decrypt_envelope(&id, &t), Err(CryptoError::MalformedField { .. })));
+    let mut t = env;
+    t.version = 2;
+    assert_eq!(decrypt_envelope(&id, &t), Err(CryptoError::UnsupportedVersion(2)));
+}
+
+#[test]
+fn the_envelope_serializes_with_spec_field_names_and_omits_a_missing_stream_id() {
+    let (_, mut env) = sealed();
+    let json = serde_json::to_value(&env).unwrap();
+    for k in ["version", "ownerId", "eventId", "deviceId", "createdAt", "streamId", "nonce", "ciphertext"] {
+        assert!(json.get(k).is_some(), "{k}");
+    }
+    env.stream_id = None;
+    assert!(serde_json::to_value(&env).unwrap().get("streamId").is_none());
+}

@@ -1,0 +1,103 @@
+use crate::test;
+use simplysync::protocol::entropy::{FixedEntropy, OsEntropy};
+use simplysync::protocol::identity::is_stream_id;
+use simplysync::protocol::{create_mnemonic, create_recovery_key, Identity, IdentityError, Secret};
+
+const TWELVE: &str = "abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about";
+
+#[test]
+fn a_minted_phrase_has_twelve_valid_words_and_derives() {
+    let phrase = create_mnemonic(&mut OsEntropy).unwrap();
+    assert_eq!(phrase.split(' ').count(), 12);
+    assert!(matches!(Secret::parse(&phrase).unwrap(), Secret::Mnemonic(_)));
+}
+
+#[test]
+fn a_minted_recovery_key_is_sf1_and_43_base64url_chars() {
+    let key = create_recovery_key(&mut FixedEntropy::new(vec![7; 32])).unwrap();
+    assert_eq!(key, format!("sf1_{}", simplysync::protocol::base64url::encode(&[7; 32])));
+    assert_eq!(key.len(), 4 + 43);
+    assert!(Identity::from_secret(&key).is_ok());
+}
+
+#[test]
+fn two_minted_secrets_differ() {
+    let a = create_recovery_key(&mut OsEntropy).unwrap();
+    let b = create_recovery_key(&mut OsEntropy).unwrap();
+    assert_ne!(a, b);
+}
+
+#[test]
+fn a_phrase_is_normalized_before_validation() {
+    let messy = format!("  {}  ", TWELVE.to_uppercase().replace(' ', " \t\n "));
+    let a = Identity::from_secret(&messy).unwrap();
+    let b = Identity::from_secret(TWELVE).unwrap();
+    assert_eq!(a.owner_id(), b.owner_id());
+    assert_eq!(Secret::parse(&messy).unwrap().expose(), TWELVE);
+}
+
+#[test]
+fn an_unknown_word_is_named_with_its_position() {
+    let bad = TWELVE.replacen("abandon", "abandonn", 1);
+    assert_eq!(Secret::parse(&bad).unwrap_err(), IdentityError::UnknownWord { position: 1, word: "abandonn".into() });
+}
+
+#[test]
+fn a_bad_checksum_is_reported_as_such() {
+    let bad = TWELVE.replace("about", "abandon");
+    assert_eq!(Secret::parse(&bad).unwrap_err(), IdentityError::BadChecksum);
+}
+
+#[test]
+fn a_wrong_word_count_is_reported_with_the_count() {
+    assert_eq!(Secret::parse("abandon abandon about").unwrap_err(), IdentityError::WrongWordCount { count: 3 });
+    let thirteen = format!("{TWELVE} abandon");
+    assert_eq!(Secret::parse(&thirteen).unwrap_err(), IdentityError::WrongWordCount { count: 13 });
+}
+
+#[test]
+fn malformed_sf1_keys_are_refused() {
+    let good = simplysync::protocol::base64url::encode(&[1; 32]);
+    for bad in [
+        "sf1_".to_owned(),
+        format!("sf1_{good}="),          // padding
+        format!("sf1_{}", &good[..42]),  // too short
+        format!("sf1_{good}AA"),         // too long
+        format!("sf1_{}+", &good[..42]), // standard alphabet
+        format!("sf1_{}B", &good[..42]), // stray trailing bits
+        format!("sf1_{}", simplysync::protocol::base64url::encode(&[1; 31])),
+    ] {
+        assert!(
+            matches!(Secret::parse(&bad), Err(IdentityError::InvalidRecoveryKey { .. })),
+            "{bad:?} should be refused"
+        );
+    }
+    assert_eq!(Secret::parse("   ").unwrap_err(), IdentityError::Empty);
+}
+
+#[test]
+fn a_phrase_and_a_key_from_the_same_entropy_are_different_owners() {
+    let phrase_owner = Identity::from_mnemonic_entropy(&[0; 32]);
+    let key_owner = Identity::from_recovery_key_bytes(&[0; 32]);
+    assert_ne!(phrase_owner.owner_id(), key_owner.owner_id());
+}
+
+#[test]
+fn stream_ids_are_22_chars_deterministic_and_distinct_per_row() {
+    let id = Identity::from_secret(TWELVE).unwrap();
+    let a = id.stream_id("todos", "1");
+    assert!(is_stream_id(&a), "{a}");
+    assert_eq!(a, id.stream_id("todos", "1"));
+    assert_ne!(a, id.stream_id("todos", "2"));
+    assert_ne!(a, id.stream_id("todo", "s1"));
+}
+
+#[test]
+fn debug_output_never_shows_keys_or_the_secret() {
+    let secret = Secret::parse(TWELVE).unwrap();
+    let id = secret.identity();
+    let shown = format!("{secret:?} {id:?}");
+    assert!(!shown.contains("abandon"));
+    assert!(!shown.contains(id.relay_auth()));
+    assert!(shown.contains(id.owner_id()));
+}
