@@ -11,6 +11,7 @@ pub(crate) use wasm_bindgen_test::wasm_bindgen_test as test;
 pub(crate) use std::prelude::v1::test;
 
 mod blob;
+mod canonical;
 mod envelope;
 mod hlc;
 mod identity;
