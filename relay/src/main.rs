@@ -1,6 +1,116 @@
-//! `simplysync-relay` — grows into the full relay (see the relay issue). For now it prints the
-//! wire version it speaks, proving the workspace links the shared protocol crate.
+//! `simplysync-relay` — serve (default) or run one compaction pass and exit.
 
-fn main() {
-    println!("simplysync-relay {} (protocol crate {})", env!("CARGO_PKG_VERSION"), simplysync::VERSION);
+use std::process::ExitCode;
+
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use simplysync_relay::config::{Config, LogFormat, SETTINGS};
+use simplysync_relay::store::RelayStore;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser)]
+#[command(name = "simplysync-relay", version, about = "SimplySync relay: stores ciphertext, serves it back in order")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (the default).
+    Serve,
+    /// Run log compaction once on DB_PATH and exit (safe while a relay serves the same file).
+    Compact,
+}
+
+fn settings_help() -> String {
+    let mut s = String::from("Configuration (environment variables):\n");
+    for (name, default, meaning) in SETTINGS {
+        s.push_str(&format!("  {name:<24} {meaning} [default: {default}]\n"));
+    }
+    s
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(ansi).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+    tracing::info!("shutdown signal received: finishing in-flight requests");
+}
+
+fn main() -> ExitCode {
+    let matches = Cli::command().after_help(settings_help()).get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    let config = match Config::from_env() {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("simplysync-relay: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    init_logging(config.log_format);
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("simplysync-relay: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command.unwrap_or(Command::Serve) {
+            Command::Serve => simplysync_relay::serve(config, shutdown_signal()).await,
+            Command::Compact => {
+                let store = simplysync_relay::open_store(&config)?;
+                let now = simplysync_relay::http::now_iso();
+                let report = tokio::task::spawn_blocking(move || store.compact_all(&now))
+                    .await
+                    .map_err(|e| std::io::Error::other(e.to_string()))?
+                    .map_err(|source| simplysync_relay::RelayError::Store {
+                        path: config.db_path.display().to_string(),
+                        source,
+                    })?;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "owners": report.owners,
+                        "deletedEvents": report.deleted_events,
+                        "reclaimedBytes": report.reclaimed_bytes,
+                        "durationMs": report.duration_ms,
+                    })
+                );
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("simplysync-relay: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

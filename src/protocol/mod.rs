@@ -19,6 +19,7 @@ pub mod identity;
 pub mod json;
 pub mod json_parse;
 pub mod payload;
+pub mod time;
 pub mod wire;
 
 pub use blob::{decrypt_blob, decrypt_blob_chunk, encrypt_blob, BlobError, BlobManifest, BlobOptions, EncryptedBlob};

@@ -21,8 +21,16 @@ pub struct PushRequest {
 pub struct PushResponse {
     /// Events newly stored.
     pub accepted: u64,
-    /// Events the relay already had (same owner and event id).
+    /// Events the relay already had (same owner and event id), forged ones included.
     pub duplicate: u64,
+    /// *Additive*: duplicates whose envelope differed from the stored one ("forged"); the
+    /// stored envelope was kept. Omitted when zero.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub forged: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// `GET /v1/events` response.

@@ -1,0 +1,212 @@
+//! `POST /v1/events` (push) and `GET /v1/events` (pull).
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
+use simplysync::protocol::envelope::{NONCE_LEN, TAG_LEN};
+use simplysync::protocol::identity::{is_stream_id, relay_token_hash};
+use simplysync::protocol::wire::{PushRequest, PushResponse};
+use simplysync::protocol::{base64url, SyncEnvelope};
+
+use super::error::ApiError;
+use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
+use super::{blocking, now_iso, owner_tag, AppState, Owner};
+use crate::store::NewEvent;
+
+/// Longest accepted `eventId`, `deviceId` and `createdAt`.
+const MAX_ID_LEN: usize = 256;
+
+fn short_text(index: usize, field: &str, v: &str) -> Result<(), ApiError> {
+    if v.is_empty() || v.len() > MAX_ID_LEN || v.chars().any(char::is_control) {
+        return Err(ApiError::InvalidEnvelope {
+            index,
+            reason: format!("{field} must be 1–{MAX_ID_LEN} bytes of printable text, got {:?}", truncate(v)),
+        });
+    }
+    Ok(())
+}
+
+/// Length in bytes that strict, unpadded base64url text decodes to, without allocating.
+fn base64url_decoded_len(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    if b.len() % 4 == 1 || !b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'-' || *c == b'_') {
+        return None;
+    }
+    // The last character of a partial group must carry no stray bits.
+    let last = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'-' => 62,
+        _ => 63,
+    };
+    match b.len() % 4 {
+        2 if last(b[b.len() - 1]) & 0x0F != 0 => return None,
+        3 if last(b[b.len() - 1]) & 0x03 != 0 => return None,
+        _ => {}
+    }
+    Some(b.len() * 3 / 4)
+}
+
+/// Checks one envelope the way the spec's relays do (version, owner, required fields) plus
+/// the sealed forms of nonce, ciphertext and stream id.
+fn validate_envelope(index: usize, e: &SyncEnvelope, owner: &str) -> Result<(), ApiError> {
+    let bad = |reason: String| ApiError::InvalidEnvelope { index, reason };
+    if e.version != 1 {
+        return Err(bad(format!("version must be 1, got {}", e.version)));
+    }
+    if e.owner_id != owner {
+        return Err(bad("ownerId does not match the request's ownerId".into()));
+    }
+    short_text(index, "eventId", &e.event_id)?;
+    short_text(index, "deviceId", &e.device_id)?;
+    short_text(index, "createdAt", &e.created_at)?;
+    if let Some(s) = &e.stream_id {
+        if !is_stream_id(s) {
+            return Err(bad(format!("streamId must be 22 base64url characters, got {:?}", truncate(s))));
+        }
+    }
+    if !base64url::is_encoded_len(&e.nonce, NONCE_LEN) {
+        return Err(bad("nonce must be base64url of 12 bytes".into()));
+    }
+    match base64url_decoded_len(&e.ciphertext) {
+        Some(n) if n >= TAG_LEN => Ok(()),
+        Some(_) => Err(bad("ciphertext is shorter than the 16-byte GCM tag".into())),
+        None => Err(bad("ciphertext must be unpadded base64url".into())),
+    }
+}
+
+/// `POST /v1/events`: validates the whole batch, then stores it in one transaction.
+pub async fn push(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let token = bearer(&headers)?;
+    let bytes = body_bytes(&headers, body, st.limits.max_request_bytes, "the push body").await?;
+    let req: PushRequest = json(&bytes)?;
+    drop(bytes);
+    let owner = owner_id(Some(&req.owner_id), "ownerId")?;
+    let limits = &st.limits;
+    if req.events.len() > limits.max_events_per_push {
+        return Err(ApiError::TooLarge(format!(
+            "{} events in one push; MAX_EVENTS_PER_PUSH is {}",
+            req.events.len(),
+            limits.max_events_per_push
+        )));
+    }
+    let mut prepared = Vec::with_capacity(req.events.len());
+    for (index, e) in req.events.into_iter().enumerate() {
+        validate_envelope(index, &e, &owner)?;
+        let json = serde_json::to_string(&e).map_err(|err| ApiError::Internal(err.to_string()))?;
+        if json.len() > limits.max_event_bytes {
+            return Err(ApiError::TooLarge(format!(
+                "events[{index}] is {} bytes; MAX_EVENT_BYTES is {}",
+                json.len(),
+                limits.max_event_bytes
+            )));
+        }
+        prepared.push(NewEvent { event_id: e.event_id, stream_id: e.stream_id, json });
+    }
+    let token_hash = relay_token_hash(&token);
+    let (o, now) = (owner.clone(), now_iso());
+    let outcome = blocking(&st, move |s| s.push(&o, &token_hash, &prepared, &now)).await?;
+    st.metrics.record_push(&outcome);
+    if outcome.forged > 0 {
+        tracing::warn!(owner = %owner_tag(&owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
+    }
+    let body = PushResponse { accepted: outcome.accepted, duplicate: outcome.duplicate, forged: outcome.forged };
+    Ok((Owner(owner), axum::Json(body)).into_response())
+}
+
+/// `after`: empty or non-numeric (a legacy cursor) starts from zero; a numeric cursor beyond
+/// the counter's range is past every event.
+fn parse_after(v: Option<&String>) -> u64 {
+    match v.map(|s| s.as_str()) {
+        Some(s) if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) => s.parse().unwrap_or(u64::MAX),
+        _ => 0,
+    }
+}
+
+/// `limit`: clamped to [1, max]; missing or non-numeric is the default.
+fn parse_limit(v: Option<&String>, default: u32, max: u32) -> u32 {
+    let Some(s) = v.map(|s| s.trim()).filter(|s| !s.is_empty()) else { return default.min(max) };
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return default.min(max);
+    }
+    if s.starts_with('-') {
+        return 1;
+    }
+    s.parse::<u64>().unwrap_or(u64::MAX).clamp(1, u64::from(max)) as u32
+}
+
+/// `GET /v1/events?ownerId&after&limit`: keyset pagination on the relay's seq.
+pub async fn pull(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    RawQuery(raw): RawQuery,
+) -> Result<Response, ApiError> {
+    let token = bearer(&headers)?;
+    let q = query(raw.as_deref());
+    let owner = owner_id(q.get("ownerId").map(String::as_str), "ownerId query parameter")?;
+    let after = parse_after(q.get("after"));
+    let limit = parse_limit(q.get("limit"), st.limits.default_events_per_pull, st.limits.max_events_per_pull);
+    let token_hash = relay_token_hash(&token);
+    let o = owner.clone();
+    let page = blocking(&st, move |s| s.pull(&o, &token_hash, after, limit)).await?;
+    st.metrics.record_pull(page.events.len());
+    // The stored envelopes are already JSON: splice them in rather than re-serializing.
+    let size: usize = page.events.iter().map(|e| e.len() + 1).sum();
+    let mut out = String::with_capacity(size + 128);
+    out.push_str("{\"events\":[");
+    for (i, e) in page.events.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(e);
+    }
+    let next = page.last_seq.unwrap_or(after);
+    out.push_str(&format!(
+        "],\"nextCursor\":\"{next}\",\"epoch\":{},\"headSeq\":{}}}",
+        serde_json::Value::from(st.store.epoch()),
+        page.head_seq
+    ));
+    Ok((Owner(owner), [(header::CONTENT_TYPE, "application/json")], out).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn after_parses_like_the_spec_says() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(parse_after(None), 0);
+        assert_eq!(parse_after(s("").as_ref()), 0);
+        assert_eq!(parse_after(s("abc").as_ref()), 0);
+        assert_eq!(parse_after(s("-5").as_ref()), 0);
+        assert_eq!(parse_after(s("42").as_ref()), 42);
+        assert_eq!(parse_after(s("99999999999999999999999").as_ref()), u64::MAX);
+    }
+
+    #[test]
+    fn limit_is_clamped_and_defaults() {
+        let s = |v: &str| Some(v.to_owned());
+        assert_eq!(parse_limit(None, 500, 1000), 500);
+        assert_eq!(parse_limit(s("x").as_ref(), 500, 1000), 500);
+        assert_eq!(parse_limit(s("0").as_ref(), 500, 1000), 1);
+        assert_eq!(parse_limit(s("-3").as_ref(), 500, 1000), 1);
+        assert_eq!(parse_limit(s("5000").as_ref(), 500, 1000), 1000);
+        assert_eq!(parse_limit(s("99999999999999999999999").as_ref(), 500, 1000), 1000);
+        assert_eq!(parse_limit(s("7").as_ref(), 500, 1000), 7);
+    }
+
+    #[test]
+    fn base64url_length_check_matches_strict_decoding() {
+        for n in 0..40usize {
+            let text = base64url::encode(&vec![0xA5; n]);
+            assert_eq!(base64url_decoded_len(&text), Some(n));
+        }
+        assert_eq!(base64url_decoded_len("AB"), None); // stray bits
+        assert_eq!(base64url_decoded_len("A"), None);
+        assert_eq!(base64url_decoded_len("AA=="), None);
+    }
+}

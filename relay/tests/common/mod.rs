@@ -1,0 +1,331 @@
+//! Test harness: the real `simplysync-relay` binary on a free loopback port, with its own
+//! database in a temporary directory, driven over real HTTP; and real sealed envelopes.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use reqwest::{Method, StatusCode};
+use serde_json::{json, Value};
+use simplysync::protocol::entropy::OsEntropy;
+use simplysync::protocol::{encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+/// A temporary directory removed on drop.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("simplysync-relay-{}-{tag}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running relay process.
+pub struct Relay {
+    pub url: String,
+    pub db: PathBuf,
+    env: Vec<(String, String)>,
+    child: Option<Child>,
+    pub log: Arc<Mutex<String>>,
+    dir: Arc<TempDir>,
+}
+
+/// Small limits so the contract can reach them cheaply.
+pub const SMALL_LIMITS: &[(&str, &str)] = &[
+    ("MAX_EVENTS_PER_PUSH", "20"),
+    ("MAX_EVENT_BYTES", "4096"),
+    ("MAX_OWNER_BYTES", "200000"),
+    ("MAX_TOTAL_BYTES", "1000000"),
+    ("MAX_BLOB_BYTES", "2048"),
+    ("MAX_EVENTS_PER_PULL", "50"),
+    ("DEFAULT_EVENTS_PER_PULL", "10"),
+    ("MAX_STREAMS_PER_COMPACT", "5"),
+    ("COMPACTION_INTERVAL_MS", "0"),
+];
+
+impl Relay {
+    /// Starts a relay with [`SMALL_LIMITS`] plus `extra` settings.
+    pub fn start(extra: &[(&str, &str)]) -> Relay {
+        let dir = Arc::new(TempDir::new("db"));
+        let mut env: Vec<(String, String)> = SMALL_LIMITS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        for (k, v) in extra {
+            env.retain(|(ek, _)| ek != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let db = dir.0.join("relay.sqlite");
+        let mut relay = Relay { url: String::new(), db, env, child: None, log: Default::default(), dir };
+        relay.spawn();
+        relay
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir.0
+    }
+
+    fn spawn(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"));
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("HOST", "127.0.0.1")
+            .env("PORT", "0")
+            .env("DB_PATH", &self.db)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("start simplysync-relay");
+        let mut stdout = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).expect("relay prints its address");
+        let url = line.trim().strip_prefix("simplysync-relay listening on ").unwrap_or_else(|| {
+            let mut err = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut err);
+            panic!("relay did not start: {line:?} {err}")
+        });
+        self.url = url.to_owned();
+        let mut stderr = child.stderr.take().unwrap();
+        let log = self.log.clone();
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 4096];
+            while let Ok(n) = stderr.read(&mut buf) {
+                if n == 0 {
+                    break;
+                }
+                log.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+            }
+        });
+        self.child = Some(child);
+    }
+
+    /// Stops with SIGKILL (no chance to clean up).
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Sends SIGTERM without waiting.
+    pub fn send_sigterm(&self) {
+        let pid = self.child.as_ref().expect("running").id();
+        assert!(Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap().success());
+    }
+
+    /// Waits (up to 10 s) for the process to exit.
+    pub fn wait_exit(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        for _ in 0..400 {
+            if let Some(status) = c.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        let _ = c.kill();
+        panic!("relay did not exit within 10 s");
+    }
+
+    pub fn stop(&mut self) {
+        self.kill9();
+    }
+
+    /// Starts again on the same database.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+/// An owner with real keys.
+#[derive(Clone)]
+pub struct Owner {
+    pub id: Arc<Identity>,
+    pub device: String,
+}
+
+impl Owner {
+    pub fn new() -> Owner {
+        let key = simplysync::protocol::create_recovery_key(&mut OsEntropy).unwrap();
+        Owner { id: Arc::new(Identity::from_secret(&key).unwrap()), device: "devA".into() }
+    }
+
+    pub fn owner_id(&self) -> &str {
+        self.id.owner_id()
+    }
+
+    pub fn token(&self) -> &str {
+        self.id.relay_auth()
+    }
+
+    /// A sealed envelope for row `row` of table `todos`, version `n`.
+    pub fn event(&self, row: &str, n: u64) -> SyncEnvelope {
+        self.event_sized(row, n, 8)
+    }
+
+    pub fn event_sized(&self, row: &str, n: u64, pad: usize) -> SyncEnvelope {
+        let hlc = format!("{:015}-{:06}-{}", 1_764_504_000_000u64 + n, 0, self.device);
+        let payload = Json::object([
+            ("schemaVersion", Json::from(1u32)),
+            ("table", Json::from("todos")),
+            ("rowId", Json::from(row)),
+            ("hlc", Json::from(hlc.as_str())),
+            ("deleted", Json::Bool(false)),
+            ("row", Json::object([("title", Json::from("x".repeat(pad)))])),
+        ]);
+        let meta = EventMeta {
+            event_id: hlc,
+            device_id: self.device.clone(),
+            created_at: "2025-11-30T12:00:00.000Z".into(),
+            stream_id: Some(self.id.stream_id("todos", row)),
+        };
+        encrypt_payload(&self.id, &meta, &payload, &mut OsEntropy).unwrap()
+    }
+}
+
+/// A response: status, headers and body (JSON when it parses).
+#[derive(Debug)]
+pub struct Resp {
+    pub status: StatusCode,
+    pub headers: reqwest::header::HeaderMap,
+    pub bytes: Vec<u8>,
+}
+
+impl Resp {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap_or_else(|e| {
+            panic!("status {} body is not JSON ({e}): {:?}", self.status, String::from_utf8_lossy(&self.bytes))
+        })
+    }
+
+    /// Asserts an error status with the `{error, message}` body.
+    pub fn assert_error(&self, status: u16, code: &str) {
+        assert_eq!(self.status.as_u16(), status, "body: {}", String::from_utf8_lossy(&self.bytes));
+        let v = self.json();
+        assert_eq!(v["error"], code, "{v}");
+        assert!(v["message"].as_str().is_some_and(|m| !m.is_empty()), "{v}");
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+pub async fn send(method: Method, url: &str, token: Option<&str>, body: Option<Vec<u8>>) -> Resp {
+    send_with(&client(), method, url, token, body).await
+}
+
+pub async fn send_with(
+    c: &reqwest::Client,
+    method: Method,
+    url: &str,
+    token: Option<&str>,
+    body: Option<Vec<u8>>,
+) -> Resp {
+    let mut req = c.request(method, url);
+    if let Some(t) = token {
+        req = req.header("Authorization", format!("Bearer {t}"));
+    }
+    if let Some(b) = body {
+        req = req.header("Content-Type", "application/json").body(b);
+    }
+    let r = req.send().await.expect("request reaches the relay");
+    let status = r.status();
+    let headers = r.headers().clone();
+    let bytes = r.bytes().await.map(|b| b.to_vec()).unwrap_or_default();
+    Resp { status, headers, bytes }
+}
+
+impl Relay {
+    pub async fn push(&self, owner: &Owner, events: &[SyncEnvelope]) -> Resp {
+        self.push_as(owner.owner_id(), owner.token(), events).await
+    }
+
+    pub async fn push_as(&self, owner_id: &str, token: &str, events: &[SyncEnvelope]) -> Resp {
+        let body = json!({ "ownerId": owner_id, "events": events }).to_string().into_bytes();
+        send(Method::POST, &format!("{}/v1/events", self.url), Some(token), Some(body)).await
+    }
+
+    pub async fn pull(&self, owner: &Owner, after: &str, limit: Option<u32>) -> Resp {
+        let mut url = format!("{}/v1/events?ownerId={}&after={after}", self.url, owner.owner_id());
+        if let Some(l) = limit {
+            url.push_str(&format!("&limit={l}"));
+        }
+        send(Method::GET, &url, Some(owner.token()), None).await
+    }
+
+    /// Pulls every page; returns the envelopes and the cursors seen.
+    pub async fn pull_all(&self, owner: &Owner) -> (Vec<SyncEnvelope>, Vec<u64>) {
+        let (mut events, mut cursors) = (Vec::new(), Vec::new());
+        let mut after = String::new();
+        loop {
+            let r = self.pull(owner, &after, Some(50)).await;
+            assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.bytes));
+            let v = r.json();
+            let page: Vec<SyncEnvelope> = serde_json::from_value(v["events"].clone()).unwrap();
+            let next = v["nextCursor"].as_str().unwrap().to_owned();
+            if page.is_empty() {
+                return (events, cursors);
+            }
+            cursors.push(next.parse().unwrap());
+            events.extend(page);
+            after = next;
+        }
+    }
+
+    pub async fn post_json(&self, path: &str, token: Option<&str>, body: Value) -> Resp {
+        send(Method::POST, &format!("{}{path}", self.url), token, Some(body.to_string().into_bytes())).await
+    }
+
+    pub async fn get(&self, path: &str, token: Option<&str>) -> Resp {
+        send(Method::GET, &format!("{}{path}", self.url), token, None).await
+    }
+
+    pub async fn put_blob(&self, owner: &Owner, hash: &str, bytes: Vec<u8>) -> Resp {
+        let url = format!("{}/v1/blobs/{hash}?ownerId={}", self.url, owner.owner_id());
+        let r = client()
+            .put(url)
+            .header("Authorization", format!("Bearer {}", owner.token()))
+            .body(bytes)
+            .send()
+            .await
+            .unwrap();
+        let status = r.status();
+        let headers = r.headers().clone();
+        Resp { status, headers, bytes: r.bytes().await.unwrap().to_vec() }
+    }
+
+    pub async fn blob(&self, method: Method, owner: &Owner, hash: &str) -> Resp {
+        let url = format!("{}/v1/blobs/{hash}?ownerId={}", self.url, owner.owner_id());
+        send(method, &url, Some(owner.token()), None).await
+    }
+
+    pub async fn status_of(&self, owner: &Owner) -> Resp {
+        self.get(&format!("/v1/status?ownerId={}", owner.owner_id()), Some(owner.token())).await
+    }
+}

@@ -1,0 +1,228 @@
+//! Contract: log compaction (scheduled, ops endpoint, command), ops auth, metrics, logs,
+//! graceful shutdown, timeouts, routing errors and configuration.
+
+mod common;
+
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Owner, Relay};
+use reqwest::Method;
+use serde_json::json;
+use simplysync::protocol::SyncEnvelope;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const ADMIN: &[(&str, &str)] = &[("ADMIN_TOKEN", "ops-secret")];
+
+async fn versions_of_three_rows(relay: &Relay, alice: &Owner) -> Vec<SyncEnvelope> {
+    // Row a: 3 versions, row b: 2, row c: 1 — pushed out of HLC order on purpose.
+    let events = vec![
+        alice.event("a", 3),
+        alice.event("a", 1),
+        alice.event("b", 5),
+        alice.event("a", 2),
+        alice.event("b", 4),
+        alice.event("c", 6),
+    ];
+    relay.push(alice, &events).await;
+    events
+}
+
+#[tokio::test]
+async fn compaction_keeps_only_the_newest_event_of_each_stream_and_never_reuses_a_seq() {
+    let relay = Relay::start(ADMIN);
+    let alice = Owner::new();
+    let events = versions_of_three_rows(&relay, &alice).await;
+    let used_before = relay.status_of(&alice).await.json()["account"]["usedBytes"].as_u64().unwrap();
+    let r = relay.post_json("/ops/compact", Some("ops-secret"), json!({})).await.json();
+    assert_eq!(r["deletedEvents"], 3);
+    let (kept, _) = relay.pull_all(&alice).await;
+    let mut kept_ids: Vec<&str> = kept.iter().map(|e| e.event_id.as_str()).collect();
+    kept_ids.sort();
+    let mut want = vec![events[0].event_id.as_str(), events[2].event_id.as_str(), events[5].event_id.as_str()];
+    want.sort();
+    assert_eq!(kept_ids, want, "the max eventId (HLC) of each stream survives");
+    let account = relay.status_of(&alice).await.json()["account"].clone();
+    assert_eq!(account["usedBytes"].as_u64().unwrap(), used_before - r["reclaimedBytes"].as_u64().unwrap());
+    assert_eq!(account["headSeq"], 6);
+    relay.push(&alice, &[alice.event("d", 9)]).await;
+    assert_eq!(relay.pull(&alice, "6", None).await.json()["nextCursor"], "7");
+}
+
+#[tokio::test]
+async fn the_compact_command_compacts_the_database_file_and_prints_a_report() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    versions_of_three_rows(&relay, &alice).await;
+    relay.stop();
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_simplysync-relay")).arg("compact").env("DB_PATH", &relay.db).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["deletedEvents"], 3);
+    relay.restart();
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 3);
+}
+
+#[tokio::test]
+async fn scheduled_compaction_runs_every_interval() {
+    let relay = Relay::start(&[("COMPACTION_INTERVAL_MS", "150")]);
+    let alice = Owner::new();
+    versions_of_three_rows(&relay, &alice).await;
+    for _ in 0..100 {
+        if relay.pull_all(&alice).await.0.len() == 3 {
+            let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+            assert!(!metrics.contains("simplysync_relay_compaction_runs_total 0"), "{metrics}");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("scheduled compaction did not run");
+}
+
+#[tokio::test]
+async fn ops_endpoints_need_the_admin_token_and_are_off_without_one() {
+    let relay = Relay::start(ADMIN);
+    relay.get("/ops/stats", None).await.assert_error(401, "unauthorized");
+    relay.get("/ops/stats", Some("wrong")).await.assert_error(403, "forbidden");
+    relay.post_json("/ops/compact", Some("wrong"), json!({})).await.assert_error(403, "forbidden");
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let stats = relay.get("/ops/stats", Some("ops-secret")).await.json();
+    assert_eq!((stats["owners"].clone(), stats["events"].clone()), (json!(1), json!(1)));
+    assert!(stats["storedBytes"].as_u64().unwrap() > 0);
+    let off = Relay::start(&[]);
+    off.get("/ops/stats", Some("anything")).await.assert_error(403, "forbidden");
+}
+
+#[tokio::test]
+async fn the_ops_page_is_served_as_html() {
+    let relay = Relay::start(ADMIN);
+    let r = relay.get("/ops", None).await;
+    assert_eq!(r.status, 200);
+    assert!(r.headers["content-type"].to_str().unwrap().starts_with("text/html"));
+    assert!(String::from_utf8(r.bytes).unwrap().contains("/ops/stats"));
+}
+
+#[tokio::test]
+async fn metrics_count_requests_events_duplicates_blobs_and_compactions() {
+    let relay = Relay::start(ADMIN);
+    let alice = Owner::new();
+    let e = alice.event("a", 1);
+    relay.push(&alice, &[e.clone(), alice.event("a", 2)]).await;
+    relay.push(&alice, &[e]).await;
+    relay.pull(&alice, "", None).await;
+    relay.post_json("/ops/compact", Some("ops-secret"), json!({})).await;
+    let text = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    for line in [
+        "simplysync_relay_requests_total{route=\"/v1/events\",status=\"200\"} 3",
+        "simplysync_relay_events_accepted_total 2",
+        "simplysync_relay_events_duplicate_total 1",
+        "simplysync_relay_events_pulled_total 2",
+        "simplysync_relay_compaction_runs_total 1",
+        "simplysync_relay_compaction_deleted_events_total 1",
+        "simplysync_relay_stored_events 1",
+        "simplysync_relay_owners 1",
+        "# TYPE simplysync_relay_stored_bytes gauge",
+    ] {
+        assert!(text.contains(line), "missing {line:?} in\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn logs_have_one_line_per_request_with_an_owner_tag_and_never_tokens_or_bodies() {
+    let relay = Relay::start(&[]);
+    let alice = Owner::new();
+    let e = alice.event("a", 1);
+    relay.push(&alice, std::slice::from_ref(&e)).await;
+    relay.pull(&alice, "", None).await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = relay.log_text();
+    let lines: Vec<&str> = log.lines().filter(|l| l.contains(" request ")).collect();
+    assert_eq!(lines.len(), 2, "{log}");
+    assert!(lines[0].contains("route=\"/v1/events\"") && lines[0].contains("status=200") && lines[0].contains("ms="));
+    let tag = simplysync_relay::http::owner_tag(alice.owner_id());
+    assert!(lines.iter().all(|l| l.contains(&tag)), "{log}");
+    for secret in [alice.token(), alice.owner_id(), e.ciphertext.as_str(), e.nonce.as_str()] {
+        assert!(!log.contains(secret), "the log leaks {secret:?}");
+    }
+}
+
+#[tokio::test]
+async fn sigterm_finishes_an_in_flight_push_exits_cleanly_and_checkpoints_the_wal() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    let events: Vec<SyncEnvelope> = (0..20).map(|i| alice.event(&format!("r{i}"), i)).collect();
+    let body = json!({"ownerId": alice.owner_id(), "events": events}).to_string();
+    let (first, rest) = body.split_at(body.len() / 2);
+    let addr = relay.url.strip_prefix("http://").unwrap().to_owned();
+    let mut tcp = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        alice.token(),
+        body.len()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(first.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    relay.send_sigterm();
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    tcp.write_all(rest.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut response)).await.expect("answered").unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains(r#""accepted":20"#), "{response}");
+
+    let status = tokio::task::spawn_blocking(move || (relay.wait_exit(), relay)).await.unwrap();
+    assert!(status.0.success(), "exit status {:?}", status.0);
+    let mut relay = status.1;
+    let wal = relay.db.with_extension("sqlite-wal");
+    assert!(std::fs::metadata(&wal).map(|m| m.len() == 0).unwrap_or(true), "WAL checkpointed and truncated");
+    assert!(relay.log_text().contains("WAL checkpointed"));
+    relay.restart();
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 20);
+}
+
+#[tokio::test]
+async fn a_request_whose_body_never_finishes_gets_408_and_the_relay_keeps_serving() {
+    let relay = Relay::start(&[("REQUEST_TIMEOUT_MS", "300")]);
+    let alice = Owner::new();
+    let addr = relay.url.strip_prefix("http://").unwrap();
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 5000\r\n\r\n{{\"ownerId\":",
+        alice.token()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    let mut buf = vec![0u8; 4096];
+    let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await.expect("answered").unwrap();
+    let text = String::from_utf8_lossy(&buf[..n]);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("request_timeout"));
+    assert_eq!(relay.get("/health", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn unknown_routes_are_404_and_wrong_methods_405_both_as_json() {
+    let relay = Relay::start(&[]);
+    relay.get("/v2/events", None).await.assert_error(404, "not_found");
+    common::send(Method::DELETE, &format!("{}/v1/events", relay.url), None, None)
+        .await
+        .assert_error(405, "method_not_allowed");
+}
+
+#[test]
+fn an_invalid_setting_stops_startup_with_a_message_naming_it() {
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay")).env("MAX_EVENTS_PER_PUSH", "lots").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("MAX_EVENTS_PER_PUSH"));
+}
+
+#[test]
+fn help_lists_every_environment_variable() {
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay")).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for (name, _, _) in simplysync_relay::config::SETTINGS {
+        assert!(text.contains(name), "--help misses {name}");
+    }
+}
