@@ -1,0 +1,185 @@
+//! Relay throughput: push and pull events/s over real HTTP on loopback, with 1 and 16
+//! concurrent owners and ~1 KiB envelopes, against the release binary on a fresh database.
+//!
+//! `cargo bench -p simplysync-relay --bench throughput [-- RUNS]` (default 3 runs per case).
+//! With `BENCH_RELAY_URL=http://…` it loads that relay instead of starting one (for profiling
+//! a relay under `perf record`).
+//! Requests are built before timing: the figures are the relay's (plus loopback HTTP and the
+//! load generator sharing the same 2 cores), not the client's encryption.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Instant;
+
+use serde_json::json;
+use simplysync::protocol::entropy::OsEntropy;
+use simplysync::protocol::{create_recovery_key, encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
+
+const BATCH: usize = 1000;
+
+struct Server {
+    child: Option<Child>,
+    url: String,
+    dir: std::path::PathBuf,
+}
+
+impl Server {
+    fn start(run: usize) -> Server {
+        if let Ok(url) = std::env::var("BENCH_RELAY_URL") {
+            return Server { child: None, url, dir: std::env::temp_dir().join("simplysync-bench-external") };
+        }
+        let dir = std::env::temp_dir().join(format!("simplysync-bench-{}-{run}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+            .env("PORT", "0")
+            .env("DB_PATH", dir.join("relay.sqlite"))
+            .env("RUST_LOG", "warn")
+            .env("COMPACTION_INTERVAL_MS", "0")
+            .env("MAX_TOTAL_BYTES", "100000000000")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the relay");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let url = line.trim().strip_prefix("simplysync-relay listening on ").expect("address line").to_owned();
+        Server { child: Some(child), url, dir }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+struct OwnerLoad {
+    owner_id: String,
+    token: String,
+    bodies: Vec<String>,
+    events: usize,
+}
+
+/// One owner's events, sealed for real, ~1 KiB each as stored JSON.
+fn owner_load(events: usize) -> OwnerLoad {
+    let id = Identity::from_secret(&create_recovery_key(&mut OsEntropy).unwrap()).unwrap();
+    let padding = "x".repeat(560);
+    let envelopes: Vec<SyncEnvelope> = (0..events)
+        .map(|i| {
+            let hlc = format!("{:015}-{:06}-bench", 1_764_504_000_000u64 + i as u64, 0);
+            let payload = Json::object([
+                ("schemaVersion", Json::from(1u32)),
+                ("table", Json::from("todos")),
+                ("rowId", Json::from(i.to_string())),
+                ("hlc", Json::from(hlc.as_str())),
+                ("deleted", Json::Bool(false)),
+                ("row", Json::object([("title", Json::from(padding.as_str()))])),
+            ]);
+            let meta = EventMeta {
+                event_id: hlc,
+                device_id: "bench".into(),
+                created_at: "2025-11-30T12:00:00.000Z".into(),
+                stream_id: Some(id.stream_id("todos", &i.to_string())),
+            };
+            encrypt_payload(&id, &meta, &payload, &mut OsEntropy).unwrap()
+        })
+        .collect();
+    let bodies = envelopes.chunks(BATCH).map(|c| json!({"ownerId": id.owner_id(), "events": c}).to_string()).collect();
+    OwnerLoad { owner_id: id.owner_id().to_owned(), token: id.relay_auth().to_owned(), bodies, events }
+}
+
+async fn push_all(client: &reqwest::Client, url: &str, load: &OwnerLoad) {
+    for body in &load.bodies {
+        let r =
+            client.post(format!("{url}/v1/events")).bearer_auth(&load.token).body(body.clone()).send().await.unwrap();
+        assert_eq!(r.status(), 200);
+    }
+}
+
+async fn pull_all(client: &reqwest::Client, url: &str, load: &OwnerLoad) -> usize {
+    let (mut after, mut n) = (String::from("0"), 0);
+    loop {
+        let r = client
+            .get(format!("{url}/v1/events?ownerId={}&after={after}&limit={BATCH}", load.owner_id))
+            .bearer_auth(&load.token)
+            .send()
+            .await
+            .unwrap();
+        let v: serde_json::Value = r.json().await.unwrap();
+        let count = v["events"].as_array().unwrap().len();
+        if count == 0 {
+            return n;
+        }
+        n += count;
+        after = v["nextCursor"].as_str().unwrap().to_owned();
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v[v.len() / 2]
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
+    println!("| owners | events | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
+    println!("|---|---|---|---|---|");
+    for (owners, per_owner) in [(1usize, 100_000usize), (16, 10_000)] {
+        let loads: Vec<OwnerLoad> = (0..owners).map(|_| owner_load(per_owner)).collect();
+        let stored_size = loads[0].bodies[0].len() / BATCH.min(per_owner);
+        let (mut push, mut pull) = (Vec::new(), Vec::new());
+        for run in 0..runs {
+            let server = Server::start(run);
+            let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+            let total: usize = loads.iter().map(|l| l.events).sum();
+            let started = Instant::now();
+            let tasks: Vec<_> = loads
+                .iter()
+                .map(|l| {
+                    let (c, u) = (client.clone(), server.url.clone());
+                    let l = OwnerLoad {
+                        owner_id: l.owner_id.clone(),
+                        token: l.token.clone(),
+                        bodies: l.bodies.clone(),
+                        events: l.events,
+                    };
+                    tokio::spawn(async move { push_all(&c, &u, &l).await })
+                })
+                .collect();
+            for t in tasks {
+                t.await.unwrap();
+            }
+            push.push(total as f64 / started.elapsed().as_secs_f64());
+            let started = Instant::now();
+            let tasks: Vec<_> = loads
+                .iter()
+                .map(|l| {
+                    let (c, u) = (client.clone(), server.url.clone());
+                    let l = OwnerLoad {
+                        owner_id: l.owner_id.clone(),
+                        token: l.token.clone(),
+                        bodies: Vec::new(),
+                        events: l.events,
+                    };
+                    tokio::spawn(async move { pull_all(&c, &u, &l).await })
+                })
+                .collect();
+            let mut pulled = 0;
+            for t in tasks {
+                pulled += t.await.unwrap();
+            }
+            assert_eq!(pulled, total);
+            pull.push(total as f64 / started.elapsed().as_secs_f64());
+        }
+        let fmt = |v: &Vec<f64>| {
+            let (lo, hi) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
+            format!("{:.0} [{:.0}–{:.0}]", median(v.clone()), lo, hi)
+        };
+        println!("| {owners} | {} | {} | {} | {stored_size} |", owners * per_owner, fmt(&push), fmt(&pull));
+    }
+}
