@@ -15,6 +15,8 @@ pub mod engine;
 pub mod protocol;
 pub mod store;
 
+#[cfg(not(target_arch = "wasm32"))]
+pub mod native;
 #[cfg(target_arch = "wasm32")]
 mod web;
 

@@ -135,6 +135,7 @@ async fn main() {
         let (mut push, mut pull) = (Vec::new(), Vec::new());
         for run in 0..runs {
             let server = Server::start(run);
+            let _ = rustls::crypto::ring::default_provider().install_default();
             let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
             let total: usize = loads.iter().map(|l| l.events).sum();
             let started = Instant::now();

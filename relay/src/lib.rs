@@ -116,16 +116,29 @@ async fn serve_connections(
 /// Serves until `shutdown` resolves, then finishes in-flight requests and checkpoints the WAL.
 /// Prints `simplysync-relay listening on http://ADDR` on stdout once it accepts connections.
 pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RelayError> {
+    let listener = tokio::net::TcpListener::bind((config.host, config.port)).await?;
+    let addr = listener.local_addr()?;
+    serve_on(listener, config, async move {
+        println!("simplysync-relay listening on http://{addr}");
+        let _ = std::io::stdout().flush();
+        shutdown.await
+    })
+    .await
+}
+
+/// Serves on an already bound listener (tests bind port 0 themselves to learn the address).
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), RelayError> {
     let store = open_store(&config)?;
     let state = state(&config, store.clone());
-    let listener = tokio::net::TcpListener::bind((config.host, config.port)).await?;
     let addr = listener.local_addr()?;
     if config.compaction_interval_ms > 0 {
         tokio::spawn(compaction::schedule(state.store.clone(), state.metrics.clone(), config.compaction_interval_ms));
     }
     tracing::info!(%addr, db = %config.db_path.display(), epoch = store.epoch(), "relay started");
-    println!("simplysync-relay listening on http://{addr}");
-    std::io::stdout().flush()?;
     serve_connections(listener, app(state), shutdown).await;
     store.checkpoint().map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })?;
     tracing::info!("relay stopped: in-flight requests finished, WAL checkpointed");

@@ -243,3 +243,27 @@ async fn error_responses_carry_cors_headers_too() {
     assert_eq!(r.status(), 401);
     assert_eq!(r.headers()["access-control-allow-origin"], "*");
 }
+
+#[tokio::test]
+async fn a_database_restored_from_an_older_copy_gets_a_new_epoch() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let epoch = relay.get("/health", None).await.json()["epoch"].clone();
+    relay.send_sigterm(); // a clean stop checkpoints the WAL: the file is a complete backup
+    relay.wait_exit();
+    let backup = relay.dir().join("backup.sqlite");
+    std::fs::copy(&relay.db, &backup).unwrap();
+    relay.restart();
+    relay.push(&alice, &[alice.event("b", 2), alice.event("c", 3)]).await;
+    relay.send_sigterm();
+    relay.wait_exit();
+    let _ = std::fs::remove_file(relay.db.with_extension("sqlite-wal"));
+    std::fs::copy(&backup, &relay.db).unwrap();
+    relay.restart();
+    let after = relay.get("/health", None).await.json()["epoch"].clone();
+    assert_ne!(after, epoch, "rolled back below its high-water mark");
+    assert!(relay.log_text().contains("restored from a backup"));
+    relay.restart();
+    assert_eq!(relay.get("/health", None).await.json()["epoch"], after, "and stable from then on");
+}

@@ -142,7 +142,7 @@ fn chunk_aad(owner_id: &str, blob_id: &str, index: usize) -> String {
     out
 }
 
-/// Splits `data` into chunks, encrypts each, and builds the manifest.
+/// Splits `data` into chunks, encrypts each, and builds the manifest (new random blob id).
 pub fn encrypt_blob(
     identity: &Identity,
     data: &[u8],
@@ -150,11 +150,25 @@ pub fn encrypt_blob(
     created_at: &str,
     rng: &mut dyn Entropy,
 ) -> Result<EncryptedBlob, BlobError> {
+    let blob_id = base64url::encode(&random_bytes::<16>(rng)?);
+    encrypt_blob_with_id(identity, data, options, &blob_id, created_at, rng)
+}
+
+/// Like [`encrypt_blob`] but under a given blob id (a re-key re-seals blobs in place, so rows
+/// referring to them stay valid).
+pub fn encrypt_blob_with_id(
+    identity: &Identity,
+    data: &[u8],
+    options: &BlobOptions,
+    blob_id: &str,
+    created_at: &str,
+    rng: &mut dyn Entropy,
+) -> Result<EncryptedBlob, BlobError> {
     let chunk_size = options.chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE);
     if chunk_size == 0 || chunk_size > MAX_CHUNK_SIZE {
         return Err(BlobError::InvalidOptions(format!("chunkSize must be 1..={MAX_CHUNK_SIZE}, got {chunk_size}")));
     }
-    let blob_id = base64url::encode(&random_bytes::<16>(rng)?);
+    let blob_id = blob_id.to_owned();
     let mut chunks = Vec::with_capacity(data.len().div_ceil(chunk_size));
     let mut refs = Vec::with_capacity(chunks.capacity());
     for (index, plain) in data.chunks(chunk_size).enumerate() {

@@ -294,6 +294,42 @@ impl Json {
     }
 }
 
+impl From<&serde_json::Value> for Json {
+    fn from(v: &serde_json::Value) -> Self {
+        match v {
+            serde_json::Value::Null => Json::Null,
+            serde_json::Value::Bool(b) => Json::Bool(*b),
+            serde_json::Value::Number(n) => Json::number(n.as_f64().unwrap_or(f64::NAN)),
+            serde_json::Value::String(s) => Json::string(s.as_str()),
+            serde_json::Value::Array(a) => Json::Array(a.iter().map(Json::from).collect()),
+            serde_json::Value::Object(o) => {
+                Json::Object(o.iter().map(|(k, v)| (JsonString::from(k.as_str()), Json::from(v))).collect())
+            }
+        }
+    }
+}
+
+impl Json {
+    /// The value as `serde_json` (lone surrogates become U+FFFD).
+    pub fn to_serde(&self) -> serde_json::Value {
+        match self {
+            Json::Null => serde_json::Value::Null,
+            Json::Bool(b) => serde_json::Value::Bool(*b),
+            Json::Number(n) => match n.as_safe_integer() {
+                Some(i) => serde_json::Value::from(i),
+                None => {
+                    serde_json::Number::from_f64(n.get()).map_or(serde_json::Value::Null, serde_json::Value::Number)
+                }
+            },
+            Json::String(s) => serde_json::Value::String(s.to_string_lossy()),
+            Json::Array(a) => serde_json::Value::Array(a.iter().map(Json::to_serde).collect()),
+            Json::Object(o) => {
+                serde_json::Value::Object(o.iter().map(|(k, v)| (k.to_string_lossy(), v.to_serde())).collect())
+            }
+        }
+    }
+}
+
 impl fmt::Debug for Json {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&crate::protocol::canonical::to_canonical_json(self))

@@ -22,7 +22,10 @@ pub mod payload;
 pub mod time;
 pub mod wire;
 
-pub use blob::{decrypt_blob, decrypt_blob_chunk, encrypt_blob, BlobError, BlobManifest, BlobOptions, EncryptedBlob};
+pub use blob::{
+    decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_with_id, BlobError, BlobManifest, BlobOptions,
+    EncryptedBlob,
+};
 pub use canonical::to_canonical_json;
 pub use envelope::{decrypt_envelope, encrypt_payload, CryptoError, EventMeta, SyncEnvelope};
 pub use hlc::{compare_hlc, Hlc, HlcClock, HlcError};

@@ -91,11 +91,15 @@ async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Respon
     let method = req.method().clone();
     let started = Instant::now();
     let limit = Duration::from_millis(st.request_timeout_ms);
-    let resp = match tokio::time::timeout(limit, next.run(req)).await {
+    let mut resp = match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,
         Err(_) => ApiError::Timeout(st.request_timeout_ms).into_response(),
     };
     let status = resp.status().as_u16();
+    if status == 408 || status == 413 {
+        // The body may be unread: tell the client this connection cannot be reused.
+        resp.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+    }
     st.metrics.record_request(&route, status);
     let owner = resp.extensions().get::<Owner>().map(|o| owner_tag(&o.0));
     tracing::info!(

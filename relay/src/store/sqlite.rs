@@ -66,6 +66,7 @@ pub struct Quotas {
 #[derive(Debug)]
 pub struct SqliteStore {
     path: PathBuf,
+    hwm_path: PathBuf,
     writer: Mutex<Connection>,
     readers: Mutex<Vec<Connection>>,
     epoch: String,
@@ -184,6 +185,28 @@ fn check_quota(quotas: Quotas, owner_used: u64, total_used: u64, adding: u64) ->
     Ok(())
 }
 
+/// A database whose seq counter is below the high-water mark recorded for its epoch was
+/// restored from an older copy: devices may hold cursors beyond its head, and the head may pass
+/// them again before they notice. Rotating the epoch makes every device re-seed it.
+fn check_rollback(conn: &Connection, hwm_path: &Path, epoch: String) -> Result<String, StoreError> {
+    let Ok(text) = std::fs::read_to_string(hwm_path) else { return Ok(epoch) };
+    let Ok(mark) = serde_json::from_str::<serde_json::Value>(&text) else { return Ok(epoch) };
+    let seq = meta_u64(conn, "seq")?;
+    let (Some(mark_epoch), Some(mark_seq)) = (mark["epoch"].as_str(), mark["seq"].as_u64()) else { return Ok(epoch) };
+    if mark_epoch != epoch || mark_seq <= seq {
+        return Ok(epoch);
+    }
+    let fresh = base64url::encode(&random_bytes::<16>(&mut OsEntropy).map_err(|e| StoreError::Setup(e.to_string()))?);
+    set_meta(conn, "epoch", &fresh)?;
+    tracing::warn!(
+        database_seq = seq,
+        high_water_mark = mark_seq,
+        new_epoch = %fresh,
+        "the database is older than this relay's last state (restored from a backup?): new epoch, devices will re-seed"
+    );
+    Ok(fresh)
+}
+
 impl SqliteStore {
     /// Opens (creating, with its directory, if needed) the database at `path`.
     pub fn open(path: &Path, quotas: Quotas, now: &str) -> Result<SqliteStore, StoreError> {
@@ -213,13 +236,28 @@ impl SqliteStore {
             }
         };
         tx.commit()?;
-        Ok(SqliteStore {
+        let hwm_path = PathBuf::from(format!("{}.hwm", path.display()));
+        let epoch = check_rollback(&conn, &hwm_path, epoch)?;
+        let store = SqliteStore {
             path: path.to_owned(),
+            hwm_path,
             writer: Mutex::new(conn),
             readers: Mutex::new(Vec::new()),
             epoch,
             quotas,
-        })
+        };
+        let seq = meta_u64(&lock(&store.writer), "seq")?;
+        store.write_hwm(seq);
+        Ok(store)
+    }
+
+    /// Records the seq high-water mark beside the database (not in it, so restoring an older
+    /// database file leaves the mark behind).
+    fn write_hwm(&self, seq: u64) {
+        let text = format!("{{\"epoch\":\"{}\",\"seq\":{seq}}}\n", self.epoch);
+        if let Err(e) = std::fs::write(&self.hwm_path, text) {
+            tracing::warn!(path = %self.hwm_path.display(), error = %e, "cannot write the seq high-water mark");
+        }
     }
 
     fn read<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T, StoreError>) -> Result<T, StoreError> {
@@ -258,7 +296,7 @@ impl RelayStore for SqliteStore {
         now: &str,
     ) -> Result<PushOutcome, StoreError> {
         let quotas = self.quotas;
-        self.write(|tx| {
+        let (out, seq) = self.write(|tx| {
             let (owner_bytes, registered) = owner_or_register(tx, owner_id, token_hash, now)?;
             let mut out = PushOutcome { registered, ..PushOutcome::default() };
             let mut seq = meta_u64(tx, "seq")?;
@@ -291,8 +329,12 @@ impl RelayStore for SqliteStore {
                     .execute(params![owner_id, seq as i64])?;
             }
             add_bytes(tx, owner_id, out.added_bytes as i64)?;
-            Ok(out)
-        })
+            Ok((out, seq))
+        })?;
+        if out.accepted > 0 {
+            self.write_hwm(seq);
+        }
+        Ok(out)
     }
 
     fn pull(&self, owner_id: &str, token_hash: &str, after: u64, limit: u32) -> Result<PullPage, StoreError> {

@@ -232,8 +232,15 @@ impl Resp {
     }
 }
 
+/// One shared client: building one loads the system's root certificates (tens of ms).
 pub fn client() -> reqwest::Client {
-    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let _ = rustls::crypto::ring::default_provider().install_default();
+            reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+        })
+        .clone()
 }
 
 pub async fn send(method: Method, url: &str, token: Option<&str>, body: Option<Vec<u8>>) -> Resp {

@@ -1,0 +1,244 @@
+//! Applying one received envelope, in the spec's order: skip what was seen → decrypt and
+//! authenticate → classify schema version, table and HLC → defer what cannot be applied yet →
+//! apply a row only when its HLC is strictly newer than the local row's → record it as seen.
+//!
+//! Nothing received is dropped: an event that cannot be applied *yet* is deferred (reason code
+//! and retry time), one that can never be applied as it is — failed authentication, a
+//! malformed payload — is quarantined for inspection and [`Engine::retry_quarantined`].
+
+use rusqlite::types::Value;
+use rusqlite::Connection;
+
+use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::values::to_sql;
+use super::{Engine, EngineError};
+use crate::protocol::envelope::decrypt_envelope_bytes;
+use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
+use crate::protocol::json_parse::parse_json_bytes;
+use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
+use crate::store::inbox::{self, HeldEvent};
+use crate::store::rows::{self, RowData};
+
+/// Why an event was deferred (retried later) — stable codes.
+pub mod defer_reason {
+    /// Written by a newer app schema version.
+    pub const FUTURE_SCHEMA: &str = "FUTURE_SCHEMA";
+    /// A table this app does not declare.
+    pub const UNKNOWN_TABLE: &str = "UNKNOWN_TABLE";
+    /// A column this app does not declare.
+    pub const UNKNOWN_COLUMN: &str = "UNKNOWN_COLUMN";
+    /// An HLC more than 5 minutes ahead of local time.
+    pub const FUTURE_HLC: &str = "FUTURE_HLC";
+}
+
+/// Why an event was quarantined — stable codes.
+pub mod quarantine_reason {
+    /// The envelope names another owner.
+    pub const FOREIGN_OWNER: &str = "FOREIGN_OWNER";
+    /// GCM authentication failed: tampered ciphertext or header, or a wrong key.
+    pub const AUTH_FAILED: &str = "AUTH_FAILED";
+    /// An envelope version or field this engine cannot read.
+    pub const MALFORMED_ENVELOPE: &str = "MALFORMED_ENVELOPE";
+    /// The authenticated plaintext is not a valid payload.
+    pub const MALFORMED_PAYLOAD: &str = "MALFORMED_PAYLOAD";
+    /// The envelope's event id differs from the payload's HLC.
+    pub const EVENT_ID_MISMATCH: &str = "EVENT_ID_MISMATCH";
+    /// A row value does not fit its declared column type.
+    pub const INVALID_ROW: &str = "INVALID_ROW";
+}
+
+/// What became of one envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Written: it was newer than the local row.
+    Applied(RowChange),
+    /// Authenticated and valid, but not newer than the local row.
+    Stale,
+    /// Already seen or already deferred.
+    Duplicate,
+    /// Held for later.
+    Deferred,
+    /// Held for inspection.
+    Quarantined,
+}
+
+enum Verdict {
+    Defer(&'static str, String, Option<i64>),
+    Quarantine(&'static str, String),
+}
+
+fn crypto_reason(e: &CryptoError) -> &'static str {
+    match e {
+        CryptoError::ForeignOwner { .. } => quarantine_reason::FOREIGN_OWNER,
+        CryptoError::AuthenticationFailed => quarantine_reason::AUTH_FAILED,
+        _ => quarantine_reason::MALFORMED_ENVELOPE,
+    }
+}
+
+impl Engine {
+    fn classify(&self, identity: &Identity, env: &SyncEnvelope, now: u64) -> Result<(SyncPayload, RowData), Verdict> {
+        let plain =
+            decrypt_envelope_bytes(identity, env).map_err(|e| Verdict::Quarantine(crypto_reason(&e), e.to_string()))?;
+        let json = parse_json_bytes(&plain)
+            .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
+        let head = PayloadHead::read(&json)
+            .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
+        if head.hlc.to_string() != env.event_id {
+            return Err(Verdict::Quarantine(
+                quarantine_reason::EVENT_ID_MISMATCH,
+                format!("eventId {} but payload hlc {}", env.event_id, head.hlc),
+            ));
+        }
+        if head.schema_version > self.schema.version {
+            return Err(Verdict::Defer(
+                defer_reason::FUTURE_SCHEMA,
+                format!("schema version {} (this app understands {})", head.schema_version, self.schema.version),
+                None,
+            ));
+        }
+        let Some(table) = self.schema.table(&head.table) else {
+            return Err(Verdict::Defer(defer_reason::UNKNOWN_TABLE, format!("table {:?}", head.table), None));
+        };
+        if let Err(e) = check_drift(&head.hlc, now) {
+            let retry = head.hlc.ms.saturating_sub(HLC_MAX_FUTURE_DRIFT_MS) as i64;
+            return Err(Verdict::Defer(defer_reason::FUTURE_HLC, e.to_string(), Some(retry)));
+        }
+        let payload = SyncPayload::from_json(&json)
+            .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
+        if payload.row_id.len() > super::mutate::MAX_ID_BYTES {
+            return Err(Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, "rowId too long".into()));
+        }
+        let mut values = vec![Value::Null; table.columns.len()];
+        for (col, v) in &payload.row {
+            let Some(idx) = table.columns.iter().position(|c| &c.name == col) else {
+                return Err(Verdict::Defer(defer_reason::UNKNOWN_COLUMN, format!("column {}.{col}", table.name), None));
+            };
+            values[idx] = to_sql(&table.name, col, table.columns[idx].column_type, v)
+                .map_err(|e| Verdict::Quarantine(quarantine_reason::INVALID_ROW, e.to_string()))?;
+        }
+        let row =
+            RowData { id: payload.row_id.clone(), updated_at: env.event_id.clone(), deleted: payload.deleted, values };
+        Ok((payload, row))
+    }
+
+    /// Processes one envelope inside `tx`. `held` is set when it comes from the deferred set or
+    /// the quarantine (then "already handled" does not apply to it).
+    pub(crate) fn process(
+        &self,
+        tx: &Connection,
+        identity: &Identity,
+        relay: &str,
+        env: &SyncEnvelope,
+        held: bool,
+        now: u64,
+    ) -> Result<Outcome, EngineError> {
+        if !held && inbox::already_handled(tx, &env.event_id)? {
+            return Ok(Outcome::Duplicate);
+        }
+        let hold = |reason: &str, detail: String, at: Option<i64>| HeldEvent {
+            event_id: env.event_id.clone(),
+            relay: relay.to_owned(),
+            envelope_json: serde_json::to_string(env).expect("envelopes serialize"),
+            reason: reason.to_owned(),
+            detail,
+            at,
+        };
+        match self.classify(identity, env, now) {
+            Err(Verdict::Defer(reason, detail, retry)) => {
+                inbox::defer(tx, &hold(reason, detail, retry), now)?;
+                Ok(Outcome::Deferred)
+            }
+            Err(Verdict::Quarantine(reason, detail)) => {
+                inbox::quarantine(tx, &hold(reason, detail, None), now)?;
+                Ok(Outcome::Quarantined)
+            }
+            Ok((payload, row)) => {
+                // Within the drift bound (checked above), so this cannot fail; the clock now
+                // sorts later local writes after this event.
+                let _ = self.observe_hlc(&payload.hlc);
+                let table = self.schema.table(&payload.table).expect("classified");
+                let written = rows::write_row(tx, table, &row, true)?;
+                inbox::mark_seen(tx, &env.event_id)?;
+                Ok(if written {
+                    Outcome::Applied(RowChange { table: payload.table, id: payload.row_id })
+                } else {
+                    Outcome::Stale
+                })
+            }
+        }
+    }
+
+    /// Retries deferred events whose time has come, and — once after the engine opened with
+    /// its (possibly new) schema — those waiting for a schema. Returns how many applied.
+    pub(crate) fn retry_deferred(&self) -> Result<u64, EngineError> {
+        let now = self.now();
+        let include_schema = self.schema_retry_pending.replace(false);
+        let due = inbox::due_deferred(&self.db.borrow(), now, include_schema)?;
+        if due.is_empty() {
+            return Ok(0);
+        }
+        let identity = self.identity();
+        let changes = self.write(|tx| {
+            let mut changes = Vec::new();
+            for held in &due {
+                let Ok(env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else {
+                    inbox::undefer(tx, &held.event_id)?;
+                    continue;
+                };
+                match self.process(tx, &identity, &held.relay, &env, true, now)? {
+                    Outcome::Applied(c) => {
+                        inbox::undefer(tx, &held.event_id)?;
+                        changes.push(c);
+                    }
+                    Outcome::Stale | Outcome::Quarantined | Outcome::Duplicate => inbox::undefer(tx, &held.event_id)?,
+                    Outcome::Deferred => {}
+                }
+            }
+            self.persist_clock(tx)?;
+            Ok(changes)
+        })?;
+        let n = changes.len() as u64;
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
+        Ok(n)
+    }
+
+    /// Re-processes every quarantined event (e.g. after an app update); returns how many were
+    /// released (applied, or found stale). Events that still fail stay quarantined.
+    pub fn retry_quarantined(&self) -> Result<u64, EngineError> {
+        let held = inbox::quarantined(&self.db.borrow())?;
+        let identity = self.identity();
+        let now = self.now();
+        let (released, changes) = self.write(|tx| {
+            let (mut released, mut changes) = (0, Vec::new());
+            for h in &held {
+                let Ok(env) = serde_json::from_str::<SyncEnvelope>(&h.envelope_json) else { continue };
+                // Process as if new: a fresh quarantine entry replaces the old one.
+                match self.process(tx, &identity, &h.relay, &env, true, now)? {
+                    Outcome::Applied(c) => {
+                        inbox::release(tx, &h.relay, &h.event_id)?;
+                        changes.push(c);
+                        released += 1;
+                    }
+                    Outcome::Stale | Outcome::Deferred | Outcome::Duplicate => {
+                        inbox::release(tx, &h.relay, &h.event_id)?;
+                        released += 1;
+                    }
+                    Outcome::Quarantined => {}
+                }
+            }
+            Ok((released, changes))
+        })?;
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
+        Ok(released)
+    }
+
+    /// Quarantined events, for inspection.
+    pub fn quarantined(&self) -> Result<Vec<HeldEvent>, EngineError> {
+        Ok(inbox::quarantined(&self.db.borrow())?)
+    }
+
+    /// Deferred events, for inspection.
+    pub fn deferred(&self) -> Result<Vec<HeldEvent>, EngineError> {
+        Ok(inbox::all_deferred(&self.db.borrow())?)
+    }
+}

@@ -1,0 +1,197 @@
+//! Blobs: encrypted, content-addressed chunks outside the log, plus a manifest row in table
+//! `blob` that syncs like any row.
+//!
+//! `put_blob` works offline: it seals the chunks, keeps them locally and writes the manifest
+//! row (and its outbox intent) in one transaction. Each sync pass uploads chunks a relay lacks
+//! (HEAD first) *before* pushing events, so no device sees a manifest whose chunks its relay
+//! does not have. Reads fetch only the chunks asked for, verify and decrypt them, and cache
+//! them locally.
+
+use rusqlite::params;
+use rusqlite::types::Value;
+
+use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::mutate::row_json;
+use super::relay_api::RelayApi;
+use super::schema::BLOB_TABLE;
+use super::sync::PassError;
+use super::values::to_sql;
+use super::{Engine, EngineError};
+use crate::protocol::blob::{BlobManifest, BlobOptions, EncryptedBlob};
+use crate::protocol::time::iso8601_from_ms;
+use crate::protocol::{decrypt_blob_chunk, encrypt_blob, Identity, Json};
+use crate::store::rows::{self, RowData};
+
+impl Engine {
+    /// Stores `bytes` as an encrypted blob and returns its manifest (`blobId` identifies it).
+    pub fn put_blob(
+        &self,
+        bytes: &[u8],
+        mime_type: &str,
+        chunk_size: Option<usize>,
+    ) -> Result<BlobManifest, EngineError> {
+        let identity = self.identity();
+        let opts = BlobOptions { mime_type: mime_type.to_owned(), chunk_size };
+        let sealed =
+            encrypt_blob(&identity, bytes, &opts, &iso8601_from_ms(self.now()), self.rng.borrow_mut().as_mut())?;
+        let manifest = sealed.manifest.clone();
+        self.write(|tx| {
+            self.store_sealed_blob(tx, &sealed)?;
+            self.persist_clock(tx)?;
+            Ok(())
+        })?;
+        let change = RowChange { table: BLOB_TABLE.into(), id: manifest.blob_id.clone() };
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, vec![change]));
+        Ok(manifest)
+    }
+
+    /// Writes a sealed blob's chunks (as local, to upload) and its manifest row.
+    pub(crate) fn store_sealed_blob(
+        &self,
+        tx: &rusqlite::Connection,
+        sealed: &EncryptedBlob,
+    ) -> Result<(), EngineError> {
+        let m = &sealed.manifest;
+        for (i, c) in sealed.chunks.iter().enumerate() {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO _sync_blob_chunks (hash, blob_id, idx, bytes, local) VALUES (?1, ?2, ?3, ?4, 1)",
+            )?
+            .execute(params![c.hash, m.blob_id, i as i64, c.bytes])?;
+        }
+        let table = self.table(BLOB_TABLE)?;
+        let fields = Json::from(&serde_json::to_value(m).expect("manifests serialize"));
+        let mut values = Vec::with_capacity(table.columns.len());
+        for c in &table.columns {
+            values.push(to_sql(BLOB_TABLE, &c.name, c.column_type, fields.get(&c.name).unwrap_or(&Json::Null))?);
+        }
+        self.write_local(
+            tx,
+            table,
+            RowData { id: m.blob_id.clone(), updated_at: String::new(), deleted: false, values },
+        )?;
+        Ok(())
+    }
+
+    /// The manifest of a live blob.
+    pub fn blob_manifest(&self, blob_id: &str) -> Result<BlobManifest, EngineError> {
+        let table = self.table(BLOB_TABLE)?;
+        let row = rows::read_row(&self.db.borrow(), table, blob_id)?
+            .filter(|r| !r.deleted)
+            .ok_or_else(|| EngineError::BlobNotFound(blob_id.into()))?;
+        let mut v = row_json(table, &row).to_serde();
+        if let Some(o) = v.as_object_mut() {
+            for k in ["id", "updatedAt", "deleted"] {
+                o.remove(k);
+            }
+        }
+        serde_json::from_value(v).map_err(|e| {
+            EngineError::Blob(crate::protocol::BlobError::InvalidManifest(format!("blob row {blob_id}: {e}")))
+        })
+    }
+
+    /// The stored (encrypted) bytes of chunk `index`: from the local cache, else from the first
+    /// relay that has it (then cached).
+    async fn stored_chunk(&self, identity: &Identity, m: &BlobManifest, index: usize) -> Result<Vec<u8>, EngineError> {
+        let chunk = m
+            .chunks
+            .get(index)
+            .ok_or(EngineError::Blob(crate::protocol::BlobError::ChunkIndex { index, count: m.chunks.len() }))?;
+        let cached: Option<Vec<u8>> = self
+            .db
+            .borrow()
+            .prepare_cached("SELECT bytes FROM _sync_blob_chunks WHERE hash = ?1")?
+            .query_row([&chunk.hash], |r| r.get(0))
+            .ok();
+        if let Some(b) = cached {
+            return Ok(b);
+        }
+        let mut reasons = Vec::new();
+        for url in self.relay_urls() {
+            let api = RelayApi::new(self.transport.as_ref(), &url, identity.owner_id(), identity.relay_auth());
+            match api.blob_get(&chunk.hash).await {
+                Ok(Some(bytes)) => {
+                    // Verify before caching: a relay cannot plant bytes under a hash.
+                    decrypt_blob_chunk(identity, m, index, &bytes)?;
+                    self.write(|tx| {
+                        tx.execute(
+                            "INSERT OR IGNORE INTO _sync_blob_chunks (hash, blob_id, idx, bytes, local) VALUES (?1, ?2, ?3, ?4, 0)",
+                            params![chunk.hash, m.blob_id, index as i64, bytes],
+                        )?;
+                        tx.execute("INSERT OR IGNORE INTO _sync_blob_uploads (relay, hash) VALUES (?1, ?2)", params![url, chunk.hash])?;
+                        Ok(())
+                    })?;
+                    return Ok(bytes);
+                }
+                Ok(None) => reasons.push(format!("{url}: not there")),
+                Err(e) => reasons.push(format!("{url}: {}", e.message())),
+            }
+        }
+        Err(EngineError::BlobUnavailable {
+            blob_id: m.blob_id.clone(),
+            index,
+            reason: if reasons.is_empty() { "no relay configured".into() } else { reasons.join("; ") },
+        })
+    }
+
+    /// One decrypted chunk of a blob (only that chunk is fetched).
+    pub async fn get_blob_chunk(&self, blob_id: &str, index: usize) -> Result<Vec<u8>, EngineError> {
+        let identity = self.identity();
+        let m = self.blob_manifest(blob_id)?;
+        let stored = self.stored_chunk(&identity, &m, index).await?;
+        Ok(decrypt_blob_chunk(&identity, &m, index, &stored)?)
+    }
+
+    /// A whole blob, verified against the manifest's SHA-256.
+    pub async fn get_blob(&self, blob_id: &str) -> Result<(BlobManifest, Vec<u8>), EngineError> {
+        let identity = self.identity();
+        let m = self.blob_manifest(blob_id)?;
+        let bytes = self.blob_plaintext(&identity, &m).await?;
+        Ok((m, bytes))
+    }
+
+    pub(crate) async fn blob_plaintext(&self, identity: &Identity, m: &BlobManifest) -> Result<Vec<u8>, EngineError> {
+        let mut stored = Vec::with_capacity(m.chunks.len());
+        for i in 0..m.chunks.len() {
+            stored.push(self.stored_chunk(identity, m, i).await?);
+        }
+        Ok(crate::protocol::decrypt_blob(identity, m, &stored)?)
+    }
+
+    /// Uploads every chunk this device holds that `url` has not confirmed (HEAD, then PUT).
+    pub(crate) async fn upload_blob_chunks(&self, url: &str) -> Result<(), PassError> {
+        let hashes: Vec<String> = {
+            let db = self.db.borrow();
+            let mut stmt = db.prepare_cached(
+                "SELECT hash FROM _sync_blob_chunks c
+                 WHERE NOT EXISTS (SELECT 1 FROM _sync_blob_uploads u WHERE u.relay = ?1 AND u.hash = c.hash)
+                 ORDER BY blob_id, idx",
+            )?;
+            let hashes = stmt.query_map([url], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+            hashes
+        };
+        if hashes.is_empty() {
+            return Ok(());
+        }
+        let identity = self.identity();
+        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
+        for hash in hashes {
+            if !api.blob_exists(&hash).await? {
+                let bytes: Value = self
+                    .db
+                    .borrow()
+                    .prepare_cached("SELECT bytes FROM _sync_blob_chunks WHERE hash = ?1")?
+                    .query_row([&hash], |r| r.get(0))?;
+                let Value::Blob(bytes) = bytes else { continue };
+                api.blob_put(&hash, bytes).await?;
+            }
+            self.write(|tx| {
+                tx.execute(
+                    "INSERT OR IGNORE INTO _sync_blob_uploads (relay, hash) VALUES (?1, ?2)",
+                    params![url, hash],
+                )?;
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+}

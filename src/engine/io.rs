@@ -1,0 +1,104 @@
+//! The engine's window on the world: HTTP, the wall clock and randomness come in through these
+//! small traits, implemented by the browser edge (`fetch`, `Date.now`, `crypto.getRandomValues`),
+//! by the native CLI (reqwest, `SystemTime`, the OS) and by tests (an in-process relay, a
+//! settable clock, fixed bytes).
+
+use std::cell::Cell;
+use std::future::Future;
+use std::pin::Pin;
+
+/// A future the engine awaits; not `Send`, because the browser's are not.
+pub type LocalFuture<'a, T> = Pin<Box<dyn Future<Output = T> + 'a>>;
+
+/// HTTP method.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    /// GET
+    Get,
+    /// POST
+    Post,
+    /// PUT
+    Put,
+    /// HEAD
+    Head,
+}
+
+impl Method {
+    /// The method's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Get => "GET",
+            Method::Post => "POST",
+            Method::Put => "PUT",
+            Method::Head => "HEAD",
+        }
+    }
+}
+
+/// One request to a relay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpRequest {
+    /// Method.
+    pub method: Method,
+    /// Absolute URL.
+    pub url: String,
+    /// Bearer token for `Authorization`, if any.
+    pub bearer: Option<String>,
+    /// `Content-Type` of the body, if any.
+    pub content_type: Option<&'static str>,
+    /// Body bytes.
+    pub body: Option<Vec<u8>>,
+}
+
+/// A relay's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Body bytes (empty for HEAD).
+    pub body: Vec<u8>,
+}
+
+/// A request that got no HTTP answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("network error: {0}")]
+pub struct TransportError(pub String);
+
+/// Sends HTTP requests.
+pub trait Transport {
+    /// Sends one request and resolves with the response (any status) or a network error.
+    fn send(&self, request: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>>;
+}
+
+/// Reads the wall clock.
+pub trait Clock {
+    /// Milliseconds since the Unix epoch.
+    fn now_ms(&self) -> u64;
+}
+
+/// A clock tests set by hand.
+#[derive(Debug, Default)]
+pub struct ManualClock(Cell<u64>);
+
+impl ManualClock {
+    /// A clock showing `ms`.
+    pub fn new(ms: u64) -> ManualClock {
+        ManualClock(Cell::new(ms))
+    }
+
+    /// Moves the clock to `ms`.
+    pub fn set(&self, ms: u64) {
+        self.0.set(ms);
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, ms: u64) {
+        self.0.set(self.0.get() + ms);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> u64 {
+        self.0.get()
+    }
+}

@@ -1,0 +1,270 @@
+//! Local mutations. Each batch is one SQLite transaction that writes the rows **and** one
+//! plaintext-pending outbox intent per row, stamped with a fresh HLC. Invalid input (unknown
+//! table or column, wrong type, missing id, a row that is or is not there) is a typed error
+//! and writes nothing.
+//!
+//! Semantics: `insert` creates a row (or revives a soft-deleted one); `update` patches the
+//! given columns of a live row and emits the whole row; `upsert` writes the whole row
+//! (columns not given become null); `delete` soft-deletes a live row, keeping its values.
+
+use std::collections::BTreeMap;
+
+use rusqlite::types::Value;
+use rusqlite::Connection;
+
+use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::schema::{Table, BLOB_TABLE, SYSTEM_COLUMNS};
+use super::values::{from_sql, to_sql};
+use super::{Engine, EngineError};
+use crate::protocol::canonical::to_canonical_json;
+use crate::protocol::json::JsonString;
+use crate::protocol::{Hlc, Json};
+use crate::store::rows::{self, RowData};
+use crate::store::{outbox, system};
+
+/// Longest accepted row id, in bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// One operation of a [`Engine::transaction`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// Create a row (`row.id` required).
+    Insert {
+        /// Table.
+        table: String,
+        /// The row: `id` plus columns.
+        row: Json,
+    },
+    /// Patch the given columns of a live row.
+    Update {
+        /// Table.
+        table: String,
+        /// Row id.
+        id: String,
+        /// Columns to change.
+        patch: Json,
+    },
+    /// Write the whole row, creating it if needed.
+    Upsert {
+        /// Table.
+        table: String,
+        /// The row: `id` plus columns.
+        row: Json,
+    },
+    /// Soft-delete a live row.
+    Delete {
+        /// Table.
+        table: String,
+        /// Row id.
+        id: String,
+    },
+}
+
+/// A row as the app sees it: `{id, updatedAt, deleted, …columns}`.
+pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
+    let mut map: BTreeMap<JsonString, Json> = BTreeMap::new();
+    map.insert("id".into(), Json::from(row.id.as_str()));
+    map.insert("updatedAt".into(), Json::from(row.updated_at.as_str()));
+    map.insert("deleted".into(), Json::Bool(row.deleted));
+    for (c, v) in table.columns.iter().zip(&row.values) {
+        map.insert(c.name.as_str().into(), from_sql(c.column_type, v.into()));
+    }
+    Json::Object(map)
+}
+
+/// The canonical JSON plaintext of a row version (the `SyncPayload`).
+pub(crate) fn payload_json(schema_version: u32, table: &Table, row: &RowData) -> String {
+    let mut cols: BTreeMap<JsonString, Json> = BTreeMap::new();
+    for (c, v) in table.columns.iter().zip(&row.values) {
+        cols.insert(c.name.as_str().into(), from_sql(c.column_type, v.into()));
+    }
+    let payload = Json::object([
+        ("schemaVersion", Json::from(schema_version)),
+        ("table", Json::from(table.name.as_str())),
+        ("rowId", Json::from(row.id.as_str())),
+        ("hlc", Json::from(row.updated_at.as_str())),
+        ("deleted", Json::Bool(row.deleted)),
+        ("row", Json::Object(cols)),
+    ]);
+    to_canonical_json(&payload)
+}
+
+pub(crate) fn validate_id(table: &str, id: &str) -> Result<(), EngineError> {
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(EngineError::InvalidRow {
+            table: table.into(),
+            reason: format!("id must be a non-empty string of at most {MAX_ID_BYTES} bytes"),
+        });
+    }
+    Ok(())
+}
+
+fn row_id(table: &str, row: &Json) -> Result<String, EngineError> {
+    let invalid = |reason: &str| EngineError::InvalidRow { table: table.into(), reason: reason.into() };
+    let Json::Object(map) = row else {
+        return Err(invalid(&format!("expected an object, got {}", row.type_name())));
+    };
+    let id = match map.get(&JsonString::from("id")) {
+        Some(Json::String(s)) => s.as_str().ok_or_else(|| invalid("id contains a lone surrogate"))?.to_owned(),
+        Some(other) => return Err(invalid(&format!("id must be a string, got {}", other.type_name()))),
+        None => return Err(invalid("missing id")),
+    };
+    validate_id(table, &id)?;
+    Ok(id)
+}
+
+/// Converts the app columns given in `row` onto `base` (a full value vector).
+fn apply_columns(table: &Table, row: &Json, base: &mut [Value]) -> Result<(), EngineError> {
+    let Json::Object(map) = row else {
+        return Err(EngineError::InvalidRow {
+            table: table.name.clone(),
+            reason: format!("expected an object, got {}", row.type_name()),
+        });
+    };
+    for (k, v) in map {
+        let key = k.to_string_lossy();
+        if SYSTEM_COLUMNS.contains(&key.as_str()) {
+            continue; // rows read back from the engine carry them; they are the engine's to set
+        }
+        let idx = table
+            .columns
+            .iter()
+            .position(|c| c.name == key)
+            .ok_or_else(|| EngineError::UnknownColumn { table: table.name.clone(), column: key.clone() })?;
+        base[idx] = to_sql(&table.name, &key, table.columns[idx].column_type, v)?;
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub(crate) fn table(&self, name: &str) -> Result<&Table, EngineError> {
+        self.schema.table(name).ok_or_else(|| EngineError::UnknownTable(name.into()))
+    }
+
+    fn app_table(&self, name: &str) -> Result<&Table, EngineError> {
+        if name == BLOB_TABLE {
+            return Err(EngineError::InvalidRow {
+                table: name.into(),
+                reason: "table blob is managed by the engine; use putBlob".into(),
+            });
+        }
+        self.table(name)
+    }
+
+    /// Writes one row version and its outbox intent inside `tx`, with a fresh HLC.
+    pub(crate) fn write_local(&self, tx: &Connection, table: &Table, mut row: RowData) -> Result<RowData, EngineError> {
+        let hlc = self.clock.borrow_mut().now(self.now());
+        row.updated_at = hlc.to_string();
+        rows::write_row(tx, table, &row, false)?;
+        let payload = payload_json(self.schema.version, table, &row);
+        outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, &payload, self.now())?;
+        Ok(row)
+    }
+
+    fn stage(&self, tx: &Connection, op: &Op) -> Result<(RowChange, Json), EngineError> {
+        let (table, row) = match op {
+            Op::Insert { table, row } | Op::Upsert { table, row } => {
+                let t = self.app_table(table)?;
+                let id = row_id(table, row)?;
+                let existing = rows::read_row(tx, t, &id)?;
+                if matches!(op, Op::Insert { .. }) && existing.as_ref().is_some_and(|r| !r.deleted) {
+                    return Err(EngineError::AlreadyExists { table: table.clone(), id });
+                }
+                let mut values = vec![Value::Null; t.columns.len()];
+                apply_columns(t, row, &mut values)?;
+                (t, RowData { id, updated_at: String::new(), deleted: false, values })
+            }
+            Op::Update { table, id, patch } => {
+                let t = self.app_table(table)?;
+                validate_id(table, id)?;
+                let mut current = rows::read_row(tx, t, id)?
+                    .filter(|r| !r.deleted)
+                    .ok_or_else(|| EngineError::NotFound { table: table.clone(), id: id.clone() })?;
+                apply_columns(t, patch, &mut current.values)?;
+                (t, current)
+            }
+            Op::Delete { table, id } => {
+                let t = self.app_table(table)?;
+                validate_id(table, id)?;
+                let mut current = rows::read_row(tx, t, id)?
+                    .filter(|r| !r.deleted)
+                    .ok_or_else(|| EngineError::NotFound { table: table.clone(), id: id.clone() })?;
+                current.deleted = true;
+                (t, current)
+            }
+        };
+        let written = self.write_local(tx, table, row)?;
+        Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
+    }
+
+    /// Applies `ops` atomically: all are written (rows + outbox) or, on the first error, none.
+    /// Returns the rows as written.
+    pub fn transaction(&self, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
+        let (changes, rows) = self.write(|tx| {
+            let mut changes = Vec::with_capacity(ops.len());
+            let mut rows = Vec::with_capacity(ops.len());
+            for op in ops {
+                let (c, r) = self.stage(tx, op)?;
+                changes.push(c);
+                rows.push(r);
+            }
+            self.persist_clock(tx)?;
+            Ok((changes, rows))
+        })?;
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
+        Ok(rows)
+    }
+
+    fn single(&self, op: Op) -> Result<Json, EngineError> {
+        Ok(self.transaction(std::slice::from_ref(&op))?.pop().expect("one op, one row"))
+    }
+
+    /// Creates a row; `row.id` is required. Reviving a soft-deleted id is allowed.
+    pub fn insert(&self, table: &str, row: Json) -> Result<Json, EngineError> {
+        self.single(Op::Insert { table: table.into(), row })
+    }
+
+    /// Changes the given columns of a live row; the event carries the whole new row.
+    pub fn update(&self, table: &str, id: &str, patch: Json) -> Result<Json, EngineError> {
+        self.single(Op::Update { table: table.into(), id: id.into(), patch })
+    }
+
+    /// Writes the whole row (missing columns become null), creating it if needed.
+    pub fn upsert(&self, table: &str, row: Json) -> Result<Json, EngineError> {
+        self.single(Op::Upsert { table: table.into(), row })
+    }
+
+    /// Soft-deletes a live row.
+    pub fn delete(&self, table: &str, id: &str) -> Result<Json, EngineError> {
+        self.single(Op::Delete { table: table.into(), id: id.into() })
+    }
+
+    /// Enqueues one canonical upsert per current row (deleted ones included), keeping each
+    /// row's HLC as the event id. Relays in `skip` get them marked acknowledged, so only the
+    /// others receive them. Used to backfill a new relay and to re-seed a wiped one.
+    pub(crate) fn enqueue_current_rows(&self, tx: &Connection, skip: &[String]) -> Result<u64, EngineError> {
+        let mut n = 0;
+        for table in self.schema.tables() {
+            for row in rows::all_rows(tx, table)? {
+                let payload = payload_json(self.schema.version, table, &row);
+                // An event already queued stays pending for every relay.
+                if outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, &payload, self.now())? {
+                    for relay in skip {
+                        outbox::ack_without_push(tx, relay, &row.updated_at)?;
+                    }
+                }
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The HLC of the last local or absorbed event, persisted.
+    pub(crate) fn observe_hlc(&self, hlc: &Hlc) -> Result<(), crate::protocol::HlcError> {
+        self.clock.borrow_mut().observe(hlc, self.now())
+    }
+
+    pub(crate) fn meta(&self, key: &str) -> Result<Option<String>, EngineError> {
+        Ok(system::meta_get(&self.db.borrow(), key)?)
+    }
+}

@@ -1,0 +1,104 @@
+//! Purge: hard-delete rows locally and ask every relay to drop their streams (tombstones
+//! included) through a durable queue, so a relay that is down gets the purge on a later pass.
+
+use rusqlite::params;
+
+use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::relay_api::RelayApi;
+use super::schema::BLOB_TABLE;
+use super::sync::PassError;
+use super::{Engine, EngineError};
+use crate::store::{outbox, rows};
+
+/// Stream ids per `POST /v1/streams/compact` (the default `MAX_STREAMS_PER_COMPACT`).
+pub const PURGE_BATCH: u32 = 500;
+
+impl Engine {
+    /// Hard-deletes every soft-deleted row of every table; returns how many.
+    pub fn purge_deleted(&self) -> Result<u64, EngineError> {
+        let mut targets = Vec::new();
+        {
+            let db = self.db.borrow();
+            for t in self.schema.tables() {
+                for id in rows::deleted_ids(&db, t)? {
+                    targets.push((t.name.clone(), id));
+                }
+            }
+        }
+        self.purge(targets)
+    }
+
+    /// Hard-deletes the given rows of `table` (deleted or not); returns how many existed.
+    pub fn purge_rows(&self, table: &str, ids: &[String]) -> Result<u64, EngineError> {
+        self.table(table)?;
+        self.purge(ids.iter().map(|id| (table.to_owned(), id.clone())).collect())
+    }
+
+    fn purge(&self, targets: Vec<(String, String)>) -> Result<u64, EngineError> {
+        let identity = self.identity();
+        let relays = self.relay_urls();
+        let now = self.now();
+        let purged = self.write(|tx| {
+            let mut purged = Vec::new();
+            for (table, id) in &targets {
+                let t = self.table(table)?;
+                if !rows::delete_row(tx, t, id)? {
+                    continue;
+                }
+                // A queued event of a purged row must not resurrect it elsewhere.
+                outbox::drop_row_events(tx, table, id)?;
+                if table == BLOB_TABLE {
+                    tx.execute(
+                        "DELETE FROM _sync_blob_uploads WHERE hash IN (SELECT hash FROM _sync_blob_chunks WHERE blob_id = ?1)",
+                        [id],
+                    )?;
+                    tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [id])?;
+                }
+                let stream = identity.stream_id(table, id);
+                for relay in &relays {
+                    tx.prepare_cached(
+                        "INSERT OR IGNORE INTO _sync_purge (relay, stream_id, enqueued_at) VALUES (?1, ?2, ?3)",
+                    )?
+                    .execute(params![relay, stream, now as i64])?;
+                }
+                purged.push(RowChange { table: table.clone(), id: id.clone() });
+            }
+            Ok(purged)
+        })?;
+        let n = purged.len() as u64;
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, purged));
+        Ok(n)
+    }
+
+    /// Stream ids still waiting for a relay's acknowledgement, over all relays.
+    pub fn purge_queue_len(&self) -> Result<u64, EngineError> {
+        Ok(self.db.borrow().query_row("SELECT count(*) FROM _sync_purge", [], |r| r.get::<_, i64>(0))? as u64)
+    }
+
+    pub(crate) async fn flush_purges(&self, url: &str) -> Result<(), PassError> {
+        let identity = self.identity();
+        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
+        loop {
+            let ids: Vec<String> = {
+                let db = self.db.borrow();
+                let mut stmt = db
+                    .prepare_cached("SELECT stream_id FROM _sync_purge WHERE relay = ?1 ORDER BY stream_id LIMIT ?2")?;
+                let ids =
+                    stmt.query_map(params![url, PURGE_BATCH], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+                ids
+            };
+            if ids.is_empty() {
+                return Ok(());
+            }
+            // 200, or 404 (the relay never had this owner): either way nothing is left to drop.
+            api.compact(&ids).await?;
+            self.write(|tx| {
+                let mut del = tx.prepare_cached("DELETE FROM _sync_purge WHERE relay = ?1 AND stream_id = ?2")?;
+                for id in &ids {
+                    del.execute(params![url, id])?;
+                }
+                Ok(())
+            })?;
+        }
+    }
+}

@@ -1,0 +1,217 @@
+//! Typed calls to one relay for one owner: builds each request, sends it through the
+//! [`Transport`](super::io::Transport), and turns the answer into a value or a
+//! [`RelayFailure`] (status, error code and message) that the failure policy classifies.
+
+use serde::de::DeserializeOwned;
+
+use super::io::{HttpRequest, HttpResponse, Method, Transport};
+use crate::protocol::canonical::write_str_literal;
+use crate::protocol::wire::{CloseResponse, CompactResponse, ErrorBody, PullResponse, PushResponse, StatusResponse};
+
+/// A relay call that did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RelayFailure {
+    /// No HTTP answer.
+    Network(String),
+    /// An HTTP error status (or an unreadable 200).
+    Http {
+        /// Status code.
+        status: u16,
+        /// The relay's error code, if it sent one.
+        code: Option<String>,
+        /// What went wrong.
+        message: String,
+    },
+}
+
+impl RelayFailure {
+    /// The HTTP status, if there was one.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            RelayFailure::Network(_) => None,
+            RelayFailure::Http { status, .. } => Some(*status),
+        }
+    }
+
+    /// A one-line description.
+    pub fn message(&self) -> String {
+        match self {
+            RelayFailure::Network(m) => m.clone(),
+            RelayFailure::Http { status, message, .. } => format!("{status}: {message}"),
+        }
+    }
+}
+
+fn failure(resp: &HttpResponse) -> RelayFailure {
+    match serde_json::from_slice::<ErrorBody>(&resp.body) {
+        Ok(e) => RelayFailure::Http { status: resp.status, code: Some(e.error), message: e.message },
+        Err(_) => RelayFailure::Http {
+            status: resp.status,
+            code: None,
+            message: String::from_utf8_lossy(&resp.body).chars().take(200).collect(),
+        },
+    }
+}
+
+fn parse<T: DeserializeOwned>(resp: &HttpResponse) -> Result<T, RelayFailure> {
+    serde_json::from_slice(&resp.body).map_err(|e| RelayFailure::Http {
+        status: resp.status,
+        code: Some("bad_response".into()),
+        message: format!("unreadable relay response: {e}"),
+    })
+}
+
+/// A page of a pull, with its size in bytes.
+#[derive(Debug)]
+pub enum PullAnswer {
+    /// The relay does not know the owner (404).
+    UnknownOwner,
+    /// A page.
+    Page(PullResponse, usize),
+}
+
+/// One relay, as one owner.
+pub struct RelayApi<'a> {
+    transport: &'a dyn Transport,
+    base: &'a str,
+    owner_id: &'a str,
+    token: &'a str,
+}
+
+impl<'a> RelayApi<'a> {
+    /// A client for `base` (the configured URL) as `owner_id` with bearer `token`.
+    pub fn new(transport: &'a dyn Transport, base: &'a str, owner_id: &'a str, token: &'a str) -> RelayApi<'a> {
+        RelayApi { transport, base, owner_id, token }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base.trim_end_matches('/'))
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &'static str)>,
+    ) -> Result<HttpResponse, RelayFailure> {
+        let (body, content_type) = match body {
+            Some((b, t)) => (Some(b), Some(t)),
+            None => (None, None),
+        };
+        let req = HttpRequest { method, url: self.url(path), bearer: Some(self.token.to_owned()), content_type, body };
+        self.transport.send(req).await.map_err(|e| RelayFailure::Network(e.0))
+    }
+
+    fn owner_json(&self) -> String {
+        let mut s = String::new();
+        write_str_literal(self.owner_id, &mut s);
+        s
+    }
+
+    /// `POST /v1/events` with envelopes already serialized as JSON.
+    pub async fn push(&self, envelopes: &[String]) -> Result<PushResponse, RelayFailure> {
+        let mut body = format!("{{\"ownerId\":{},\"events\":[", self.owner_json());
+        for (i, e) in envelopes.iter().enumerate() {
+            if i > 0 {
+                body.push(',');
+            }
+            body.push_str(e);
+        }
+        body.push_str("]}");
+        let resp = self.call(Method::Post, "/v1/events", Some((body.into_bytes(), "application/json"))).await?;
+        match resp.status {
+            200 => parse(&resp),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `GET /v1/events?ownerId&after&limit`.
+    pub async fn pull(&self, after: &str, limit: u32) -> Result<PullAnswer, RelayFailure> {
+        let after: String = form_encode(after);
+        let path = format!("/v1/events?ownerId={}&after={after}&limit={limit}", self.owner_id);
+        let resp = self.call(Method::Get, &path, None).await?;
+        match resp.status {
+            200 => Ok(PullAnswer::Page(parse(&resp)?, resp.body.len())),
+            404 => Ok(PullAnswer::UnknownOwner),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `POST /v1/streams/compact`; `None` when the relay does not know the owner.
+    pub async fn compact(&self, stream_ids: &[String]) -> Result<Option<CompactResponse>, RelayFailure> {
+        let body = serde_json::json!({ "ownerId": self.owner_id, "streamIds": stream_ids }).to_string();
+        let resp =
+            self.call(Method::Post, "/v1/streams/compact", Some((body.into_bytes(), "application/json"))).await?;
+        match resp.status {
+            200 => parse(&resp).map(Some),
+            404 => Ok(None),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `POST /v1/owner/close`; `None` when the relay does not know the owner.
+    pub async fn close(&self) -> Result<Option<CloseResponse>, RelayFailure> {
+        let body = format!("{{\"ownerId\":{}}}", self.owner_json());
+        let resp = self.call(Method::Post, "/v1/owner/close", Some((body.into_bytes(), "application/json"))).await?;
+        match resp.status {
+            200 => parse(&resp).map(Some),
+            404 | 410 => Ok(None),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `GET /v1/status`; `None` when the relay does not know the owner (healthy and empty).
+    pub async fn status(&self) -> Result<Option<StatusResponse>, RelayFailure> {
+        let resp = self.call(Method::Get, &format!("/v1/status?ownerId={}", self.owner_id), None).await?;
+        match resp.status {
+            200 => parse(&resp).map(Some),
+            404 => Ok(None),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    fn blob_path(&self, hash: &str) -> String {
+        format!("/v1/blobs/{hash}?ownerId={}", self.owner_id)
+    }
+
+    /// `HEAD /v1/blobs/:hash`: whether the relay has the chunk.
+    pub async fn blob_exists(&self, hash: &str) -> Result<bool, RelayFailure> {
+        let resp = self.call(Method::Head, &self.blob_path(hash), None).await?;
+        match resp.status {
+            200 => Ok(true),
+            404 => Ok(false),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `PUT /v1/blobs/:hash`.
+    pub async fn blob_put(&self, hash: &str, bytes: Vec<u8>) -> Result<(), RelayFailure> {
+        let resp = self.call(Method::Put, &self.blob_path(hash), Some((bytes, "application/octet-stream"))).await?;
+        match resp.status {
+            200 => Ok(()),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `GET /v1/blobs/:hash`; `None` if the relay lacks it.
+    pub async fn blob_get(&self, hash: &str) -> Result<Option<Vec<u8>>, RelayFailure> {
+        let resp = self.call(Method::Get, &self.blob_path(hash), None).await?;
+        match resp.status {
+            200 => Ok(Some(resp.body)),
+            404 => Ok(None),
+            _ => Err(failure(&resp)),
+        }
+    }
+}
+
+/// Percent-encodes a query value (cursors are opaque: they may hold anything).
+fn form_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => out.push(b as char),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! The app's declared schema: a version number and tables of typed columns.
+//!
+//! Every app table also gets the system columns `id` (text primary key), `updatedAt` (the
+//! row's HLC) and `deleted` (soft delete). The engine creates missing tables and adds missing
+//! columns; it never drops or retypes anything — on one schema version changes are additive
+//! (spec, "Extending the protocol"). The table `blob` is the engine's own: it holds blob
+//! manifests and may not be declared by the app.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// The name of the engine-managed table holding blob manifests.
+pub const BLOB_TABLE: &str = "blob";
+
+/// System column names, reserved in every table.
+pub const SYSTEM_COLUMNS: [&str; 3] = ["id", "updatedAt", "deleted"];
+
+/// A column's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum ColumnType {
+    /// A string (stored as SQLite TEXT).
+    Text,
+    /// A whole number within ±(2^53 − 1) (SQLite INTEGER).
+    Integer,
+    /// A finite double (SQLite REAL).
+    Real,
+    /// `true` / `false` (SQLite INTEGER 0/1).
+    Boolean,
+    /// Any JSON value (stored as its canonical JSON text).
+    Json,
+    /// A reference to a blob: the `blobId` of a manifest in table `blob`.
+    Blob,
+}
+
+impl ColumnType {
+    /// The SQLite column type.
+    pub fn sql_type(self) -> &'static str {
+        match self {
+            ColumnType::Text | ColumnType::Json | ColumnType::Blob => "TEXT",
+            ColumnType::Integer | ColumnType::Boolean => "INTEGER",
+            ColumnType::Real => "REAL",
+        }
+    }
+}
+
+/// One declared column.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ColumnDef {
+    /// Column name: a letter or `_`, then letters, digits or `_` (at most 64).
+    pub name: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub column_type: ColumnType,
+}
+
+/// One declared table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TableDef {
+    /// Table name (same rules as column names).
+    pub name: String,
+    /// Its app columns (system columns are implicit).
+    pub columns: Vec<ColumnDef>,
+}
+
+/// The schema an app declares.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SchemaDef {
+    /// The payload schema version this app writes and understands (≥ 1).
+    #[serde(default = "one")]
+    pub schema_version: u32,
+    /// The app's tables.
+    pub tables: Vec<TableDef>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Why a schema declaration was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// A table or column name breaks the identifier rules.
+    #[error("invalid {what} name {name:?}: use a letter or _ then letters, digits or _ (at most 64 characters)")]
+    InvalidName {
+        /// "table" or "column".
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A name is reserved for the engine.
+    #[error("{what} name {name:?} is reserved by the engine")]
+    Reserved {
+        /// "table" or "column".
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// A name is declared twice.
+    #[error("{what} {name:?} is declared twice")]
+    Duplicate {
+        /// "table" or "column".
+        what: &'static str,
+        /// The name.
+        name: String,
+    },
+    /// `schemaVersion` is 0.
+    #[error("schemaVersion must be at least 1")]
+    InvalidVersion,
+    /// The database has a column with another type than declared.
+    #[error(
+        "column {table}.{column} is {existing} in the database but declared {declared}; types never change in place"
+    )]
+    TypeChanged {
+        /// Table.
+        table: String,
+        /// Column.
+        column: String,
+        /// The stored type.
+        existing: String,
+        /// The declared type.
+        declared: String,
+    },
+}
+
+/// A validated table with lookup by column name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Table {
+    /// The table name.
+    pub name: String,
+    /// App columns in declaration order.
+    pub columns: Vec<ColumnDef>,
+    index: BTreeMap<String, usize>,
+}
+
+impl Table {
+    /// The declared type of `column`, if it is an app column.
+    pub fn column(&self, column: &str) -> Option<ColumnType> {
+        self.index.get(column).map(|&i| self.columns[i].column_type)
+    }
+}
+
+/// A validated schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Schema {
+    /// The version this app writes and understands.
+    pub version: u32,
+    tables: BTreeMap<String, Table>,
+}
+
+fn valid_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+        && name.len() <= 64
+}
+
+fn reserved_table(name: &str) -> bool {
+    let lower = name.to_ascii_lowercase();
+    lower.starts_with("_sync") || lower.starts_with("sqlite_") || lower == BLOB_TABLE
+}
+
+/// The manifest table the engine declares for itself.
+fn blob_table() -> TableDef {
+    let col = |name: &str, t| ColumnDef { name: name.into(), column_type: t };
+    TableDef {
+        name: BLOB_TABLE.into(),
+        columns: vec![
+            col("version", ColumnType::Integer),
+            col("ownerId", ColumnType::Text),
+            col("blobId", ColumnType::Text),
+            col("mimeType", ColumnType::Text),
+            col("byteSize", ColumnType::Integer),
+            col("chunkSize", ColumnType::Integer),
+            col("chunks", ColumnType::Json),
+            col("sha256", ColumnType::Text),
+            col("createdAt", ColumnType::Text),
+        ],
+    }
+}
+
+fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
+    let mut index = BTreeMap::new();
+    for (i, c) in def.columns.iter().enumerate() {
+        if !valid_identifier(&c.name) {
+            return Err(SchemaError::InvalidName { what: "column", name: c.name.clone() });
+        }
+        if SYSTEM_COLUMNS.iter().any(|s| s.eq_ignore_ascii_case(&c.name)) || c.name.starts_with("_sync") {
+            return Err(SchemaError::Reserved { what: "column", name: c.name.clone() });
+        }
+        // SQLite identifiers are case-insensitive: "Title" and "title" would collide.
+        if index.keys().any(|k: &String| k.eq_ignore_ascii_case(&c.name)) {
+            return Err(SchemaError::Duplicate { what: "column", name: c.name.clone() });
+        }
+        index.insert(c.name.clone(), i);
+    }
+    Ok(Table { name: def.name, columns: def.columns, index })
+}
+
+impl Schema {
+    /// Validates a declaration and adds the engine's `blob` table.
+    pub fn new(def: SchemaDef) -> Result<Schema, SchemaError> {
+        if def.schema_version == 0 {
+            return Err(SchemaError::InvalidVersion);
+        }
+        let mut tables = BTreeMap::new();
+        for t in def.tables {
+            if !valid_identifier(&t.name) {
+                return Err(SchemaError::InvalidName { what: "table", name: t.name });
+            }
+            if reserved_table(&t.name) {
+                return Err(SchemaError::Reserved { what: "table", name: t.name });
+            }
+            if tables.keys().any(|k: &String| k.eq_ignore_ascii_case(&t.name)) {
+                return Err(SchemaError::Duplicate { what: "table", name: t.name });
+            }
+            let table = table_from_def(t)?;
+            tables.insert(table.name.clone(), table);
+        }
+        let blob = table_from_def(blob_table())?;
+        tables.insert(blob.name.clone(), blob);
+        Ok(Schema { version: def.schema_version, tables })
+    }
+
+    /// The table `name`, if declared (or `blob`).
+    pub fn table(&self, name: &str) -> Option<&Table> {
+        self.tables.get(name)
+    }
+
+    /// Every table, `blob` included.
+    pub fn tables(&self) -> impl Iterator<Item = &Table> {
+        self.tables.values()
+    }
+}
+
+/// Quotes an identifier that [`Schema::new`] validated.
+pub fn quote(ident: &str) -> String {
+    format!("\"{ident}\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(tables: Vec<(&str, Vec<(&str, ColumnType)>)>) -> SchemaDef {
+        SchemaDef {
+            schema_version: 1,
+            tables: tables
+                .into_iter()
+                .map(|(n, cols)| TableDef {
+                    name: n.into(),
+                    columns: cols.into_iter().map(|(c, t)| ColumnDef { name: c.into(), column_type: t }).collect(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_valid_schema_gains_the_blob_table() {
+        let s = Schema::new(def(vec![("todos", vec![("title", ColumnType::Text)])])).unwrap();
+        assert_eq!(s.table("todos").unwrap().column("title"), Some(ColumnType::Text));
+        assert!(s.table(BLOB_TABLE).is_some());
+    }
+
+    #[test]
+    fn reserved_duplicate_and_malformed_names_are_refused() {
+        let bad = [
+            def(vec![("blob", vec![])]),
+            def(vec![("_sync_outbox", vec![])]),
+            def(vec![("todos", vec![("id", ColumnType::Text)])]),
+            def(vec![("todos", vec![("updatedAt", ColumnType::Text)])]),
+            def(vec![("todos", vec![("a", ColumnType::Text), ("A", ColumnType::Text)])]),
+            def(vec![("to dos", vec![])]),
+            def(vec![("todos", vec![("x\"y", ColumnType::Text)])]),
+            def(vec![("t", vec![]), ("T", vec![])]),
+        ];
+        for d in bad {
+            assert!(Schema::new(d.clone()).is_err(), "{d:?}");
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Native implementations of the engine's I/O (CLI and tests): HTTP through reqwest with
+//! rustls (ring), the system clock, and SQLite files.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Method, Transport, TransportError};
+
+/// HTTP over reqwest (a tokio runtime must be running).
+#[derive(Debug, Clone)]
+pub struct HttpTransport {
+    client: reqwest::Client,
+}
+
+impl HttpTransport {
+    /// A client with a 60 s request timeout.
+    pub fn new() -> Result<HttpTransport, TransportError> {
+        // reqwest is built without a default TLS provider; use ring (no cmake needed).
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .user_agent(concat!("simplysync/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| TransportError(format!("cannot build the HTTP client: {e}")))?;
+        Ok(HttpTransport { client })
+    }
+}
+
+impl Transport for HttpTransport {
+    fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move {
+            // A pooled keep-alive connection the server has since closed (a relay restart)
+            // fails before anything was processed; every relay call is idempotent (pushes are
+            // deduplicated), so one retry on a fresh connection is safe.
+            match self.send_once(&req).await {
+                Err((e, true)) => {
+                    let _ = e;
+                    self.send_once(&req).await.map_err(|(e, _)| e)
+                }
+                other => other.map_err(|(e, _)| e),
+            }
+        })
+    }
+}
+
+impl HttpTransport {
+    /// One attempt; the flag says whether the failure happened at the connection level.
+    async fn send_once(&self, req: &HttpRequest) -> Result<HttpResponse, (TransportError, bool)> {
+        {
+            let req = req.clone();
+            let method = match req.method {
+                Method::Get => reqwest::Method::GET,
+                Method::Post => reqwest::Method::POST,
+                Method::Put => reqwest::Method::PUT,
+                Method::Head => reqwest::Method::HEAD,
+            };
+            let mut r = self.client.request(method, &req.url);
+            if let Some(t) = &req.bearer {
+                r = r.bearer_auth(t);
+            }
+            if let Some(ct) = req.content_type {
+                r = r.header("Content-Type", ct);
+            }
+            if let Some(b) = req.body {
+                r = r.body(b);
+            }
+            let resp = r.send().await.map_err(|e| (TransportError(describe(&e)), e.is_request() || e.is_connect()))?;
+            let status = resp.status().as_u16();
+            let body = resp.bytes().await.map_err(|e| (TransportError(describe(&e)), false))?.to_vec();
+            Ok(HttpResponse { status, body })
+        }
+    }
+}
+
+fn describe(e: &reqwest::Error) -> String {
+    let mut msg = e.to_string();
+    let mut src = std::error::Error::source(e);
+    while let Some(s) = src {
+        msg.push_str(": ");
+        msg.push_str(&s.to_string());
+        src = s.source();
+    }
+    msg
+}
+
+/// The operating system's clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> u64 {
+        SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+    }
+}

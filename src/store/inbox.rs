@@ -1,0 +1,149 @@
+//! What arrives from relays and is not simply applied: the seen set (already processed event
+//! ids), deferred events (authenticated but not appliable yet) and the quarantine (events that
+//! can never be applied as they are, kept for inspection).
+
+use rusqlite::{params, Connection, OptionalExtension};
+
+use super::StoreError;
+
+/// Seen-set size: the lexicographically greatest ids are kept.
+pub const SEEN_CAP: u64 = 50_000;
+
+/// True when the event was applied, or is deferred, already.
+pub fn already_handled(conn: &Connection, event_id: &str) -> Result<bool, StoreError> {
+    let seen = conn.prepare_cached("SELECT 1 FROM _sync_seen WHERE event_id = ?1")?.exists([event_id])?;
+    Ok(seen || conn.prepare_cached("SELECT 1 FROM _sync_deferred WHERE event_id = ?1")?.exists([event_id])?)
+}
+
+/// Records an event as processed.
+pub fn mark_seen(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT OR IGNORE INTO _sync_seen (event_id) VALUES (?1)")?.execute([event_id])?;
+    Ok(())
+}
+
+/// Trims the seen set to [`SEEN_CAP`], keeping the greatest ids.
+pub fn cap_seen(conn: &Connection) -> Result<u64, StoreError> {
+    let n = conn.execute(
+        "DELETE FROM _sync_seen WHERE event_id < (SELECT event_id FROM _sync_seen ORDER BY event_id DESC LIMIT 1 OFFSET ?1)",
+        [(SEEN_CAP - 1) as i64],
+    )?;
+    Ok(n as u64)
+}
+
+/// Number of ids in the seen set.
+pub fn seen_count(conn: &Connection) -> Result<u64, StoreError> {
+    Ok(conn.query_row("SELECT count(*) FROM _sync_seen", [], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// A deferred or quarantined event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldEvent {
+    /// Event id.
+    pub event_id: String,
+    /// The relay it came from.
+    pub relay: String,
+    /// The envelope as received.
+    pub envelope_json: String,
+    /// Reason code.
+    pub reason: String,
+    /// Human-readable detail.
+    pub detail: String,
+    /// Deferred: when to retry (ms), if time-based. Quarantine: when it was quarantined.
+    pub at: Option<i64>,
+}
+
+/// Stores (or updates) a deferred event.
+pub fn defer(conn: &Connection, e: &HeldEvent, now: u64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO _sync_deferred (event_id, relay, envelope_json, reason, detail, retry_at, attempts, first_seen_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, 0, ?7)
+         ON CONFLICT (event_id) DO UPDATE SET reason = ?4, detail = ?5, retry_at = ?6, attempts = attempts + 1",
+    )?
+    .execute(params![e.event_id, e.relay, e.envelope_json, e.reason, e.detail, e.at, now as i64])?;
+    Ok(())
+}
+
+/// Deferred events worth retrying now: time-based ones that are due, and — when
+/// `include_schema` — those waiting for the app's schema.
+pub fn due_deferred(conn: &Connection, now: u64, include_schema: bool) -> Result<Vec<HeldEvent>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT event_id, relay, envelope_json, reason, detail, retry_at FROM _sync_deferred
+         WHERE (retry_at IS NOT NULL AND retry_at <= ?1) OR (?2 AND retry_at IS NULL) ORDER BY event_id",
+    )?;
+    let rows = stmt
+        .query_map(params![now as i64, include_schema], |r| {
+            Ok(HeldEvent {
+                event_id: r.get(0)?,
+                relay: r.get(1)?,
+                envelope_json: r.get(2)?,
+                reason: r.get(3)?,
+                detail: r.get(4)?,
+                at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Every deferred event.
+pub fn all_deferred(conn: &Connection) -> Result<Vec<HeldEvent>, StoreError> {
+    due_deferred(conn, u64::MAX >> 2, true)
+}
+
+/// Removes a deferred event (it was applied or superseded).
+pub fn undefer(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_deferred WHERE event_id = ?1")?.execute([event_id])?;
+    Ok(())
+}
+
+/// Quarantines an event.
+pub fn quarantine(conn: &Connection, e: &HeldEvent, now: u64) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT OR REPLACE INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?
+    .execute(params![e.relay, e.event_id, e.envelope_json, e.reason, e.detail, now as i64])?;
+    Ok(())
+}
+
+/// Every quarantined event.
+pub fn quarantined(conn: &Connection) -> Result<Vec<HeldEvent>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT event_id, relay, envelope_json, reason, detail, at FROM _sync_quarantine ORDER BY at, event_id",
+    )?;
+    let rows = stmt
+        .query_map([], |r| {
+            Ok(HeldEvent {
+                event_id: r.get(0)?,
+                relay: r.get(1)?,
+                envelope_json: r.get(2)?,
+                reason: r.get(3)?,
+                detail: r.get(4)?,
+                at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Releases a quarantined event (it applied on a retry).
+pub fn release(conn: &Connection, relay: &str, event_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_quarantine WHERE relay = ?1 AND event_id = ?2")?
+        .execute(params![relay, event_id])?;
+    Ok(())
+}
+
+/// Counts deferred and quarantined events.
+pub fn held_counts(conn: &Connection) -> Result<(u64, u64), StoreError> {
+    let d: i64 = conn.query_row("SELECT count(*) FROM _sync_deferred", [], |r| r.get(0))?;
+    let q: i64 = conn.query_row("SELECT count(*) FROM _sync_quarantine", [], |r| r.get(0))?;
+    Ok((d as u64, q as u64))
+}
+
+/// The deferral reason of one event, if deferred.
+pub fn deferral_reason(conn: &Connection, event_id: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT reason FROM _sync_deferred WHERE event_id = ?1")?
+        .query_row([event_id], |r| r.get(0))
+        .optional()?)
+}

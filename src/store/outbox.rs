@@ -1,0 +1,169 @@
+//! The outbox: local row versions waiting to reach every configured relay.
+//!
+//! A mutation inserts a *pending* intent (`payload_json` = canonical plaintext,
+//! `envelope_json` NULL) in the same transaction as the row. Sealing replaces the plaintext by
+//! the envelope. Only sealed rows are ever selected for a push, so plaintext never leaves the
+//! device. An event stays until every configured relay acknowledged it.
+
+use rusqlite::{params, Connection};
+
+use super::StoreError;
+
+/// A pending intent to seal.
+#[derive(Debug, Clone)]
+pub struct Unsealed {
+    /// Outbox sequence.
+    pub seq: i64,
+    /// Event id (the HLC).
+    pub event_id: String,
+    /// Table.
+    pub table: String,
+    /// Row id.
+    pub row_id: String,
+    /// Canonical JSON of the payload.
+    pub payload: String,
+    /// Local wall time of the mutation, ms.
+    pub created_at: i64,
+}
+
+/// Appends a pending intent. An event id already queued is left alone (returns false).
+pub fn enqueue(
+    conn: &Connection,
+    event_id: &str,
+    table: &str,
+    row_id: &str,
+    payload: &str,
+    now: u64,
+) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached(
+            "INSERT OR IGNORE INTO _sync_outbox (event_id, table_name, row_id, payload_json, created_at)
+             VALUES (?1, ?2, ?3, ?4, ?5)",
+        )?
+        .execute(params![event_id, table, row_id, payload, now as i64])?;
+    Ok(n > 0)
+}
+
+/// Up to `limit` unsealed intents, oldest first.
+pub fn unsealed(conn: &Connection, limit: u32) -> Result<Vec<Unsealed>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, event_id, table_name, row_id, payload_json, created_at FROM _sync_outbox
+         WHERE envelope_json IS NULL ORDER BY seq LIMIT ?1",
+    )?;
+    let rows = stmt
+        .query_map([limit], |r| {
+            Ok(Unsealed {
+                seq: r.get(0)?,
+                event_id: r.get(1)?,
+                table: r.get(2)?,
+                row_id: r.get(3)?,
+                payload: r.get(4)?,
+                created_at: r.get(5)?,
+            })
+        })?
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// Replaces an intent's plaintext by its envelope.
+pub fn mark_sealed(conn: &Connection, seq: i64, envelope_json: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE _sync_outbox SET envelope_json = ?2, payload_json = NULL WHERE seq = ?1")?
+        .execute(params![seq, envelope_json])?;
+    Ok(())
+}
+
+/// Up to `limit` sealed events (and at most `max_bytes` of envelopes) that `relay` has not
+/// acknowledged, oldest first: `(event_id, envelope_json)`.
+pub fn unacked_batch(
+    conn: &Connection,
+    relay: &str,
+    limit: u32,
+    max_bytes: usize,
+) -> Result<Vec<(String, String)>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT o.event_id, o.envelope_json FROM _sync_outbox o
+         WHERE o.envelope_json IS NOT NULL
+           AND NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
+         ORDER BY o.seq LIMIT ?2",
+    )?;
+    let mut rows = stmt.query(params![relay, limit])?;
+    let (mut out, mut bytes) = (Vec::new(), 0usize);
+    while let Some(r) = rows.next()? {
+        let (id, env): (String, String) = (r.get(0)?, r.get(1)?);
+        bytes += env.len();
+        if !out.is_empty() && bytes > max_bytes {
+            break;
+        }
+        out.push((id, env));
+    }
+    Ok(out)
+}
+
+/// Records that `relay` stored these events, and that they reached at least one relay.
+pub fn record_acks(conn: &Connection, relay: &str, event_ids: &[String], now: u64) -> Result<(), StoreError> {
+    let mut ack = conn.prepare_cached("INSERT OR IGNORE INTO _sync_acks (relay, event_id) VALUES (?1, ?2)")?;
+    let mut pushed =
+        conn.prepare_cached("UPDATE _sync_outbox SET pushed_at = ?2 WHERE event_id = ?1 AND pushed_at IS NULL")?;
+    for id in event_ids {
+        ack.execute(params![relay, id])?;
+        pushed.execute(params![id, now as i64])?;
+    }
+    Ok(())
+}
+
+/// Events of the outbox `relay` has not acknowledged (sealed or not).
+pub fn pending_count(conn: &Connection, relay: &str) -> Result<u64, StoreError> {
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM _sync_outbox o
+         WHERE NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)",
+        )?
+        .query_row([relay], |r| r.get(0))?;
+    Ok(n as u64)
+}
+
+/// Deletes events every relay in `relays` acknowledged, and acks of events no longer queued.
+pub fn prune(conn: &Connection, relays: &[String]) -> Result<u64, StoreError> {
+    if relays.is_empty() {
+        return Ok(0);
+    }
+    let marks: Vec<String> = (1..=relays.len()).map(|i| format!("?{i}")).collect();
+    let sql = format!(
+        "DELETE FROM _sync_outbox WHERE envelope_json IS NOT NULL AND
+         (SELECT count(*) FROM _sync_acks a WHERE a.event_id = _sync_outbox.event_id AND a.relay IN ({})) = {}",
+        marks.join(", "),
+        relays.len()
+    );
+    let n = conn.execute(&sql, rusqlite::params_from_iter(relays.iter()))?;
+    conn.execute_batch(
+        "DELETE FROM _sync_acks WHERE NOT EXISTS (SELECT 1 FROM _sync_outbox o WHERE o.event_id = _sync_acks.event_id)",
+    )?;
+    Ok(n as u64)
+}
+
+/// Marks an event as acknowledged by `relay` without pushing it there (used when an event is
+/// meant for other relays only).
+pub fn ack_without_push(conn: &Connection, relay: &str, event_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("INSERT OR IGNORE INTO _sync_acks (relay, event_id) VALUES (?1, ?2)")?
+        .execute(params![relay, event_id])?;
+    Ok(())
+}
+
+/// Forgets every acknowledgement by `relay`.
+pub fn forget_relay(conn: &Connection, relay: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_acks WHERE relay = ?1")?.execute([relay])?;
+    Ok(())
+}
+
+/// Drops queued events of one row (used by purge).
+pub fn drop_row_events(conn: &Connection, table: &str, row_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_outbox WHERE table_name = ?1 AND row_id = ?2")?
+        .execute(params![table, row_id])?;
+    Ok(())
+}
+
+/// Drops the whole outbox and its acks (re-key).
+pub fn clear(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("DELETE FROM _sync_outbox; DELETE FROM _sync_acks;")?;
+    Ok(())
+}

@@ -1,0 +1,154 @@
+//! App rows: one SQLite table per declared table with `id`, `updatedAt`, `deleted` and the app
+//! columns. Values are already converted to SQLite values (see `engine::values`).
+
+use rusqlite::types::Value;
+use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
+
+use super::StoreError;
+use crate::engine::schema::{quote, Table};
+
+/// One stored row: system columns plus app values in the table's column order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowData {
+    /// Primary key.
+    pub id: String,
+    /// The row's HLC.
+    pub updated_at: String,
+    /// Soft-delete flag.
+    pub deleted: bool,
+    /// App column values, in declaration order.
+    pub values: Vec<Value>,
+}
+
+fn select_list(table: &Table) -> String {
+    let mut s = String::from("id, updatedAt, deleted");
+    for c in &table.columns {
+        s.push_str(", ");
+        s.push_str(&quote(&c.name));
+    }
+    s
+}
+
+fn read(table: &Table, r: &Row<'_>) -> rusqlite::Result<RowData> {
+    let mut values = Vec::with_capacity(table.columns.len());
+    for i in 0..table.columns.len() {
+        values.push(r.get::<_, Value>(3 + i)?);
+    }
+    Ok(RowData { id: r.get(0)?, updated_at: r.get(1)?, deleted: r.get::<_, i64>(2)? != 0, values })
+}
+
+/// Writes a row. With `only_if_newer`, the write happens only when `row.updated_at` is strictly
+/// greater than the stored row's (last-writer-wins, decided inside SQLite). Returns whether the
+/// row was written.
+pub fn write_row(conn: &Connection, table: &Table, row: &RowData, only_if_newer: bool) -> Result<bool, StoreError> {
+    let cols = select_list(table);
+    let placeholders: Vec<String> = (1..=3 + table.columns.len()).map(|i| format!("?{i}")).collect();
+    let mut updates = String::from("updatedAt = excluded.updatedAt, deleted = excluded.deleted");
+    for c in &table.columns {
+        let q = quote(&c.name);
+        updates.push_str(&format!(", {q} = excluded.{q}"));
+    }
+    let guard = if only_if_newer { " WHERE excluded.updatedAt > updatedAt" } else { "" };
+    let sql = format!(
+        "INSERT INTO {} ({cols}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {updates}{guard}",
+        quote(&table.name),
+        placeholders.join(", ")
+    );
+    let mut stmt = conn.prepare_cached(&sql)?;
+    let head =
+        [Value::Text(row.id.clone()), Value::Text(row.updated_at.clone()), Value::Integer(i64::from(row.deleted))];
+    let n = stmt.execute(params_from_iter(head.iter().chain(row.values.iter())))?;
+    Ok(n > 0)
+}
+
+/// Reads one row by id (deleted or not).
+pub fn read_row(conn: &Connection, table: &Table, id: &str) -> Result<Option<RowData>, StoreError> {
+    let sql = format!("SELECT {} FROM {} WHERE id = ?1", select_list(table), quote(&table.name));
+    Ok(conn.prepare_cached(&sql)?.query_row([id], |r| read(table, r)).optional()?)
+}
+
+/// Every row of a table, deleted ones included, in id order.
+pub fn all_rows(conn: &Connection, table: &Table) -> Result<Vec<RowData>, StoreError> {
+    let sql = format!("SELECT {} FROM {} ORDER BY id", select_list(table), quote(&table.name));
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([], |r| read(table, r))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(rows)
+}
+
+/// A filtered, ordered, limited listing. `filters` are `column = value` conditions on
+/// validated column names; `order` is a validated column and a direction.
+pub fn list_rows(
+    conn: &Connection,
+    table: &Table,
+    filters: &[(String, Value)],
+    order: Option<(&str, bool)>,
+    limit: Option<u32>,
+    include_deleted: bool,
+) -> Result<Vec<RowData>, StoreError> {
+    let mut sql = format!("SELECT {} FROM {}", select_list(table), quote(&table.name));
+    let mut conds: Vec<String> = Vec::new();
+    if !include_deleted {
+        conds.push("deleted = 0".into());
+    }
+    for (i, (col, v)) in filters.iter().enumerate() {
+        conds.push(if matches!(v, Value::Null) {
+            format!("{} IS NULL", quote(col))
+        } else {
+            format!("{} = ?{}", quote(col), i + 1)
+        });
+    }
+    if !conds.is_empty() {
+        sql.push_str(" WHERE ");
+        sql.push_str(&conds.join(" AND "));
+    }
+    match order {
+        Some((col, desc)) => {
+            sql.push_str(&format!(" ORDER BY {} {}, id", quote(col), if desc { "DESC" } else { "ASC" }))
+        }
+        None => sql.push_str(" ORDER BY id"),
+    }
+    if let Some(n) = limit {
+        sql.push_str(&format!(" LIMIT {n}"));
+    }
+    let mut stmt = conn.prepare_cached(&sql)?;
+    // Null filters are inlined as IS NULL; bind the others at their positions.
+    for (i, (_, v)) in filters.iter().enumerate() {
+        if !matches!(v, Value::Null) {
+            stmt.raw_bind_parameter(i + 1, v)?;
+        }
+    }
+    let mut rows = stmt.raw_query();
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(read(table, r)?);
+    }
+    Ok(out)
+}
+
+/// Ids of soft-deleted rows.
+pub fn deleted_ids(conn: &Connection, table: &Table) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare(&format!("SELECT id FROM {} WHERE deleted = 1 ORDER BY id", quote(&table.name)))?;
+    let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+    Ok(ids)
+}
+
+/// Hard-deletes a row; returns whether it existed.
+pub fn delete_row(conn: &Connection, table: &Table, id: &str) -> Result<bool, StoreError> {
+    Ok(conn.prepare_cached(&format!("DELETE FROM {} WHERE id = ?1", quote(&table.name)))?.execute([id])? > 0)
+}
+
+/// The greatest `updatedAt` over all tables (to resume the clock).
+pub fn max_updated_at<'a>(
+    conn: &Connection,
+    tables: impl Iterator<Item = &'a Table>,
+) -> Result<Option<String>, StoreError> {
+    let mut best: Option<String> = None;
+    for t in tables {
+        let v: Option<String> =
+            conn.query_row(&format!("SELECT max(updatedAt) FROM {}", quote(&t.name)), [], |r| r.get(0))?;
+        if v > best {
+            best = v;
+        }
+    }
+    Ok(best)
+}

@@ -1,0 +1,140 @@
+//! The engine's own tables (all prefixed `_sync_`) and the creation/extension of app tables
+//! from a [`Schema`]. Migration is additive only: missing tables and columns are created;
+//! nothing is dropped or retyped.
+
+use rusqlite::{Connection, OptionalExtension};
+
+use super::StoreError;
+use crate::engine::schema::{quote, Schema, SchemaError};
+
+const SYSTEM_DDL: &str = "
+CREATE TABLE IF NOT EXISTS _sync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_outbox (
+    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id      TEXT NOT NULL UNIQUE,
+    table_name    TEXT NOT NULL,
+    row_id        TEXT NOT NULL,
+    payload_json  TEXT,
+    envelope_json TEXT,
+    created_at    INTEGER NOT NULL,
+    pushed_at     INTEGER
+);
+CREATE INDEX IF NOT EXISTS _sync_outbox_unsealed ON _sync_outbox (seq) WHERE envelope_json IS NULL;
+CREATE TABLE IF NOT EXISTS _sync_acks (
+    relay    TEXT NOT NULL,
+    event_id TEXT NOT NULL,
+    PRIMARY KEY (relay, event_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_seen (event_id TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_deferred (
+    event_id      TEXT PRIMARY KEY,
+    relay         TEXT NOT NULL,
+    envelope_json TEXT NOT NULL,
+    reason        TEXT NOT NULL,
+    detail        TEXT NOT NULL,
+    retry_at      INTEGER,
+    attempts      INTEGER NOT NULL DEFAULT 0,
+    first_seen_at INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_quarantine (
+    relay         TEXT NOT NULL,
+    event_id      TEXT NOT NULL,
+    envelope_json TEXT NOT NULL,
+    reason        TEXT NOT NULL,
+    detail        TEXT NOT NULL,
+    at            INTEGER NOT NULL,
+    PRIMARY KEY (relay, event_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_purge (
+    relay       TEXT NOT NULL,
+    stream_id   TEXT NOT NULL,
+    enqueued_at INTEGER NOT NULL,
+    PRIMARY KEY (relay, stream_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_blob_chunks (
+    hash    TEXT PRIMARY KEY,
+    blob_id TEXT NOT NULL,
+    idx     INTEGER NOT NULL,
+    bytes   BLOB NOT NULL,
+    local   INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
+    relay TEXT NOT NULL,
+    hash  TEXT NOT NULL,
+    PRIMARY KEY (relay, hash)
+) WITHOUT ROWID;
+";
+
+/// Creates the engine's tables.
+pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch(SYSTEM_DDL)?;
+    Ok(())
+}
+
+fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<(String, String)>, StoreError> {
+    let mut stmt = conn.prepare(&format!("PRAGMA table_info({})", quote(table)))?;
+    let cols =
+        stmt.query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?.collect::<Result<Vec<_>, _>>()?;
+    Ok(cols)
+}
+
+/// Creates missing app tables and adds missing columns, in one transaction.
+pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema) -> Result<(), StoreError> {
+    let tx = conn.transaction()?;
+    for table in schema.tables() {
+        let existing = existing_columns(&tx, &table.name)?;
+        if existing.is_empty() {
+            let mut ddl = format!(
+                "CREATE TABLE {} (id TEXT PRIMARY KEY NOT NULL, updatedAt TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0",
+                quote(&table.name)
+            );
+            for c in &table.columns {
+                ddl.push_str(&format!(", {} {}", quote(&c.name), c.column_type.sql_type()));
+            }
+            ddl.push(')');
+            tx.execute_batch(&ddl)?;
+            continue;
+        }
+        for c in &table.columns {
+            match existing.iter().find(|(n, _)| n.eq_ignore_ascii_case(&c.name)) {
+                Some((_, t)) if !t.eq_ignore_ascii_case(c.column_type.sql_type()) => {
+                    return Err(StoreError::Schema(SchemaError::TypeChanged {
+                        table: table.name.clone(),
+                        column: c.name.clone(),
+                        existing: t.clone(),
+                        declared: c.column_type.sql_type().into(),
+                    }));
+                }
+                Some(_) => {}
+                None => tx.execute_batch(&format!(
+                    "ALTER TABLE {} ADD COLUMN {} {}",
+                    quote(&table.name),
+                    quote(&c.name),
+                    c.column_type.sql_type()
+                ))?,
+            }
+        }
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+/// Reads a `_sync_meta` value.
+pub fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn.prepare_cached("SELECT value FROM _sync_meta WHERE key = ?1")?.query_row([key], |r| r.get(0)).optional()?)
+}
+
+/// Writes a `_sync_meta` value.
+pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO _sync_meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO UPDATE SET value = ?2",
+    )?
+    .execute([key, value])?;
+    Ok(())
+}
+
+/// Deletes a `_sync_meta` value.
+pub fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_meta WHERE key = ?1")?.execute([key])?;
+    Ok(())
+}

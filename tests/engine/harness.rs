@@ -1,0 +1,317 @@
+//! Harness: a real relay (the relay crate's server) on its own thread over real HTTP on
+//! loopback; devices (engines) with a settable clock; and a transport wrapper that injects
+//! faults in front of the real relay.
+
+use std::cell::RefCell;
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use simplysync::engine::io::{HttpRequest, HttpResponse, LocalFuture, ManualClock, Transport, TransportError};
+use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
+use simplysync::engine::{Engine, EngineConfig, Env};
+use simplysync::native::HttpTransport;
+use simplysync::protocol::entropy::OsEntropy;
+use simplysync::protocol::Json;
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+pub const T0: u64 = 1_764_504_000_000;
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("simplysync-engine-{}-{tag}-{n}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A relay server running on its own thread.
+pub struct TestRelay {
+    pub url: String,
+    pub db: PathBuf,
+    port: u16,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl TestRelay {
+    pub fn start() -> TestRelay {
+        let db = temp_dir("relay").join("relay.sqlite");
+        let mut r = TestRelay { url: String::new(), db, port: 0, stop: None, thread: None };
+        r.spawn();
+        r
+    }
+
+    fn spawn(&mut self) {
+        let listener = std::net::TcpListener::bind(("127.0.0.1", self.port)).expect("bind loopback");
+        listener.set_nonblocking(true).unwrap();
+        self.port = listener.local_addr().unwrap().port();
+        self.url = format!("http://127.0.0.1:{}", self.port);
+        let db = self.db.clone();
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let config = simplysync_relay::config::Config::from_lookup(|k| match k {
+                    "DB_PATH" => Some(db.display().to_string()),
+                    "COMPACTION_INTERVAL_MS" => Some("0".into()),
+                    _ => None,
+                })
+                .unwrap();
+                simplysync_relay::serve_on(listener, config, async move {
+                    let _ = rx.await;
+                })
+                .await
+                .unwrap();
+            });
+        });
+        self.stop = Some(tx);
+        self.thread = Some(thread);
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            t.join().unwrap();
+        }
+    }
+
+    /// Starts again on the same port and database.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    /// Deletes the database file (as an operator losing the disk would) and restarts.
+    pub fn wipe_and_restart(&mut self) {
+        self.stop();
+        for ext in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", self.db.display()));
+        }
+        self.spawn();
+    }
+
+    /// Copies the (stopped) database aside.
+    pub fn backup(&mut self, to: &Path) {
+        self.stop();
+        std::fs::copy(&self.db, to).unwrap();
+        self.spawn();
+    }
+
+    /// Restores a backup and restarts: the relay rolls back.
+    pub fn restore(&mut self, from: &Path) {
+        self.stop();
+        for ext in ["-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{ext}", self.db.display()));
+        }
+        std::fs::copy(from, &self.db).unwrap();
+        self.spawn();
+    }
+}
+
+impl Drop for TestRelay {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Produces an injected answer.
+pub type Responder = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, TransportError>>;
+
+/// A fault to inject: when `matches(request)`, answer with `respond` instead of the relay.
+pub struct Fault {
+    pub matches: Box<dyn Fn(&HttpRequest) -> bool>,
+    pub respond: Responder,
+    /// How many times (None = until removed).
+    pub times: Option<u32>,
+}
+
+/// A response rewriter applied to real relay answers.
+pub type Rewrite = Box<dyn Fn(&HttpRequest, HttpResponse) -> HttpResponse>;
+
+/// The real HTTP transport with injectable faults and rewrites, and a request log.
+pub struct FaultyTransport {
+    inner: HttpTransport,
+    pub faults: RefCell<VecDeque<Fault>>,
+    pub rewrite: RefCell<Option<Rewrite>>,
+    pub log: RefCell<Vec<(String, String, u16)>>,
+}
+
+impl FaultyTransport {
+    pub fn new() -> Rc<FaultyTransport> {
+        Rc::new(FaultyTransport {
+            inner: HttpTransport::new().unwrap(),
+            faults: RefCell::new(VecDeque::new()),
+            rewrite: RefCell::new(None),
+            log: RefCell::new(Vec::new()),
+        })
+    }
+
+    /// Answers every request whose URL contains `path` with `status` (JSON error body).
+    pub fn fail(&self, path: &'static str, status: u16, times: Option<u32>) {
+        self.faults.borrow_mut().push_back(Fault {
+            matches: Box::new(move |r| r.url.contains(path)),
+            respond: Box::new(move |_| {
+                let body = serde_json::json!({"error": "injected", "message": format!("injected {status}")});
+                Ok(HttpResponse { status, body: body.to_string().into_bytes() })
+            }),
+            times,
+        });
+    }
+
+    /// Makes every request fail as if the network were down.
+    pub fn go_offline(&self) {
+        self.faults.borrow_mut().push_back(Fault {
+            matches: Box::new(|_| true),
+            respond: Box::new(|_| Err(TransportError("connection refused (injected)".into()))),
+            times: None,
+        });
+    }
+
+    pub fn clear(&self) {
+        self.faults.borrow_mut().clear();
+        *self.rewrite.borrow_mut() = None;
+    }
+}
+
+impl Transport for FaultyTransport {
+    fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move {
+            let injected = {
+                let mut faults = self.faults.borrow_mut();
+                let pos = faults.iter().position(|f| (f.matches)(&req));
+                pos.map(|i| {
+                    let out = (faults[i].respond)(&req);
+                    if let Some(n) = faults[i].times.as_mut() {
+                        *n -= 1;
+                        if *n == 0 {
+                            faults.remove(i);
+                        }
+                    }
+                    out
+                })
+            };
+            let result = match injected {
+                Some(r) => r,
+                None => {
+                    let resp = self.inner.send(req.clone()).await;
+                    match (resp, self.rewrite.borrow().as_ref()) {
+                        (Ok(r), Some(f)) => Ok(f(&req, r)),
+                        (other, _) => other,
+                    }
+                }
+            };
+            let status = result.as_ref().map(|r| r.status).unwrap_or(0);
+            self.log.borrow_mut().push((req.method.as_str().into(), req.url.clone(), status));
+            result
+        })
+    }
+}
+
+pub fn todo_schema(version: u32, extra_tables: &[&str]) -> SchemaDef {
+    let col = |n: &str, t| ColumnDef { name: n.into(), column_type: t };
+    let mut tables = vec![TableDef {
+        name: "todos".into(),
+        columns: vec![
+            col("title", ColumnType::Text),
+            col("done", ColumnType::Boolean),
+            col("position", ColumnType::Integer),
+            col("image", ColumnType::Blob),
+            col("meta", ColumnType::Json),
+        ],
+    }];
+    for t in extra_tables {
+        tables.push(TableDef { name: (*t).into(), columns: vec![col("body", ColumnType::Text)] });
+    }
+    SchemaDef { schema_version: version, tables }
+}
+
+/// One device: an engine with its own database, clock and faulty transport.
+pub struct Device {
+    pub engine: Engine,
+    pub clock: Rc<ManualClock>,
+    pub net: Rc<FaultyTransport>,
+}
+
+pub struct DeviceSpec<'a> {
+    pub secret: &'a str,
+    pub relays: Vec<String>,
+    pub schema: SchemaDef,
+    pub db_path: Option<PathBuf>,
+    pub clock_ms: u64,
+}
+
+impl Device {
+    pub fn open(spec: DeviceSpec<'_>) -> Device {
+        Device::try_open(spec).unwrap()
+    }
+
+    pub fn try_open(spec: DeviceSpec<'_>) -> Result<Device, simplysync::engine::EngineError> {
+        let clock = Rc::new(ManualClock::new(spec.clock_ms));
+        let net = FaultyTransport::new();
+        let conn = match &spec.db_path {
+            Some(p) => simplysync::store::open_path(p.to_str().unwrap()).unwrap(),
+            None => simplysync::store::open_memory().unwrap(),
+        };
+        let config = EngineConfig { secret: spec.secret.into(), relays: spec.relays, schema: spec.schema };
+        let env = Env { transport: net.clone(), clock: clock.clone(), entropy: Box::new(OsEntropy) };
+        let engine = Engine::open(conn, config, env)?;
+        Ok(Device { engine, clock, net })
+    }
+
+    /// A device on `relays` with the todo schema and an in-memory database.
+    pub fn new(secret: &str, relays: &[&str]) -> Device {
+        Device::open(DeviceSpec {
+            secret,
+            relays: relays.iter().map(|s| s.to_string()).collect(),
+            schema: todo_schema(1, &[]),
+            db_path: None,
+            clock_ms: T0,
+        })
+    }
+
+    pub async fn sync(&self) -> simplysync::engine::SyncReport {
+        self.engine.sync(simplysync::engine::SyncTrigger::Manual).await.unwrap()
+    }
+
+    /// Every todo (deleted ones included) as `(id, title, deleted, updatedAt)`.
+    pub fn todos(&self) -> Vec<(String, Json, bool, String)> {
+        let opts = simplysync::engine::ListOptions { include_deleted: true, ..Default::default() };
+        self.engine
+            .list("todos", &opts)
+            .unwrap()
+            .into_iter()
+            .map(|r| {
+                (
+                    r.get("id").unwrap().as_str().unwrap().to_owned(),
+                    r.get("title").cloned().unwrap_or(Json::Null),
+                    r.get("deleted").unwrap().as_bool().unwrap(),
+                    r.get("updatedAt").unwrap().as_str().unwrap().to_owned(),
+                )
+            })
+            .collect()
+    }
+
+    /// Full snapshot of every table, for convergence checks.
+    pub fn snapshot(&self) -> Vec<Json> {
+        let opts = simplysync::engine::ListOptions { include_deleted: true, ..Default::default() };
+        let mut all = Vec::new();
+        for t in self.engine.schema().tables() {
+            all.extend(self.engine.list(&t.name, &opts).unwrap());
+        }
+        all
+    }
+}
+
+pub fn todo(id: &str, title: &str) -> Json {
+    Json::object([("id", Json::from(id)), ("title", Json::from(title)), ("done", Json::Bool(false))])
+}
+
+pub fn phrase() -> String {
+    simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap()
+}

@@ -1,0 +1,248 @@
+use std::cell::RefCell;
+use std::rc::Rc;
+
+use crate::harness::{todo, Device};
+use simplysync::engine::{EngineError, ListOptions, Op};
+use simplysync::protocol::{parse_json, Json};
+
+fn device() -> Device {
+    Device::new("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8", &[])
+}
+
+fn count_outbox(d: &Device) -> f64 {
+    d.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
+}
+
+#[test]
+fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
+    let d = device();
+    let row = d.engine.insert("todos", todo("a", "milk")).unwrap();
+    assert_eq!(row.get("title").unwrap().as_str(), Some("milk"));
+    assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
+    let got = d.engine.get("todos", "a").unwrap().unwrap();
+    assert_eq!(got, row);
+    let pending = d.engine.query("SELECT payload_json, envelope_json FROM _sync_outbox", &[]).unwrap();
+    assert_eq!(pending.len(), 1);
+    assert!(pending[0].get("payload_json").unwrap().as_str().unwrap().contains("\"milk\""));
+    assert_eq!(pending[0].get("envelope_json"), Some(&Json::Null), "not sealed until a sync");
+}
+
+#[test]
+fn every_mutation_gets_a_strictly_increasing_hlc() {
+    let d = device();
+    let a = d.engine.insert("todos", todo("a", "1")).unwrap();
+    let b = d.engine.update("todos", "a", parse_json(r#"{"title":"2"}"#).unwrap()).unwrap();
+    let c = d.engine.delete("todos", "a").unwrap();
+    let h = |r: &Json| r.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+    assert!(h(&a) < h(&b) && h(&b) < h(&c));
+}
+
+#[test]
+fn update_patches_columns_and_the_event_carries_the_whole_row() {
+    let d = device();
+    d.engine.insert("todos", parse_json(r#"{"id":"a","title":"milk","position":3}"#).unwrap()).unwrap();
+    let row = d.engine.update("todos", "a", parse_json(r#"{"done":true}"#).unwrap()).unwrap();
+    assert_eq!(row.get("title").unwrap().as_str(), Some("milk"));
+    assert_eq!(row.get("position").unwrap().as_f64(), Some(3.0));
+    let payloads = d.engine.query("SELECT payload_json FROM _sync_outbox ORDER BY seq", &[]).unwrap();
+    let last = parse_json(payloads[1].get("payload_json").unwrap().as_str().unwrap()).unwrap();
+    let r = last.get("row").unwrap();
+    assert_eq!((r.get("title").unwrap().as_str(), r.get("done").unwrap().as_bool()), (Some("milk"), Some(true)));
+}
+
+#[test]
+fn upsert_writes_the_whole_row_and_missing_columns_become_null() {
+    let d = device();
+    d.engine.insert("todos", parse_json(r#"{"id":"a","title":"milk","position":3}"#).unwrap()).unwrap();
+    let row = d.engine.upsert("todos", parse_json(r#"{"id":"a","title":"eggs"}"#).unwrap()).unwrap();
+    assert_eq!(row.get("position"), Some(&Json::Null));
+    d.engine.upsert("todos", todo("new", "created by upsert")).unwrap();
+    assert!(d.engine.get("todos", "new").unwrap().is_some());
+}
+
+#[test]
+fn delete_is_soft_and_hides_the_row_from_get_and_list() {
+    let d = device();
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    d.engine.delete("todos", "a").unwrap();
+    assert!(d.engine.get("todos", "a").unwrap().is_none());
+    assert!(d.engine.list("todos", &ListOptions::default()).unwrap().is_empty());
+    let all = d.engine.list("todos", &ListOptions { include_deleted: true, ..Default::default() }).unwrap();
+    assert_eq!(all[0].get("deleted").unwrap().as_bool(), Some(true));
+    assert_eq!(all[0].get("title").unwrap().as_str(), Some("milk"), "values are kept");
+    d.engine.insert("todos", todo("a", "revived")).unwrap();
+    assert_eq!(d.engine.get("todos", "a").unwrap().unwrap().get("title").unwrap().as_str(), Some("revived"));
+}
+
+#[test]
+fn invalid_input_is_a_typed_error_and_writes_nothing() {
+    let d = device();
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    let before = count_outbox(&d);
+    let cases: Vec<(Op, &str)> = vec![
+        (Op::Insert { table: "nope".into(), row: todo("x", "y") }, "UNKNOWN_TABLE"),
+        (
+            Op::Insert { table: "todos".into(), row: parse_json(r#"{"id":"x","colour":"red"}"#).unwrap() },
+            "UNKNOWN_COLUMN",
+        ),
+        (Op::Insert { table: "todos".into(), row: parse_json(r#"{"id":"x","done":"yes"}"#).unwrap() }, "INVALID_VALUE"),
+        (
+            Op::Insert { table: "todos".into(), row: parse_json(r#"{"id":"x","position":1.5}"#).unwrap() },
+            "INVALID_VALUE",
+        ),
+        (Op::Insert { table: "todos".into(), row: parse_json(r#"{"title":"no id"}"#).unwrap() }, "INVALID_ROW"),
+        (Op::Insert { table: "todos".into(), row: parse_json(r#"{"id":""}"#).unwrap() }, "INVALID_ROW"),
+        (Op::Insert { table: "todos".into(), row: parse_json("[1]").unwrap() }, "INVALID_ROW"),
+        (Op::Insert { table: "todos".into(), row: todo("a", "dup") }, "ALREADY_EXISTS"),
+        (Op::Update { table: "todos".into(), id: "ghost".into(), patch: parse_json("{}").unwrap() }, "NOT_FOUND"),
+        (Op::Delete { table: "todos".into(), id: "ghost".into() }, "NOT_FOUND"),
+        (Op::Insert { table: "blob".into(), row: parse_json(r#"{"id":"b"}"#).unwrap() }, "INVALID_ROW"),
+    ];
+    for (op, code) in cases {
+        let err = d.engine.transaction(std::slice::from_ref(&op)).unwrap_err();
+        assert_eq!(err.code(), code, "{op:?}: {err}");
+        assert!(!err.to_string().is_empty());
+    }
+    assert_eq!(count_outbox(&d), before);
+}
+
+#[test]
+fn a_transaction_commits_every_op_or_none() {
+    let d = device();
+    let ops = vec![
+        Op::Insert { table: "todos".into(), row: todo("a", "1") },
+        Op::Insert { table: "todos".into(), row: todo("b", "2") },
+        Op::Update { table: "todos".into(), id: "a".into(), patch: parse_json(r#"{"done":true}"#).unwrap() },
+    ];
+    assert_eq!(d.engine.transaction(&ops).unwrap().len(), 3);
+    assert_eq!(count_outbox(&d), 3.0);
+    let bad = vec![
+        Op::Insert { table: "todos".into(), row: todo("c", "3") },
+        Op::Delete { table: "todos".into(), id: "zz".into() },
+    ];
+    assert!(matches!(d.engine.transaction(&bad), Err(EngineError::NotFound { .. })));
+    assert!(d.engine.get("todos", "c").unwrap().is_none());
+    assert_eq!(count_outbox(&d), 3.0);
+}
+
+#[test]
+fn list_filters_orders_and_limits() {
+    let d = device();
+    for (id, title, pos, done) in [("a", "x", 3, false), ("b", "y", 1, true), ("c", "z", 2, false)] {
+        d.engine
+            .insert(
+                "todos",
+                parse_json(&format!(r#"{{"id":"{id}","title":"{title}","position":{pos},"done":{done}}}"#)).unwrap(),
+            )
+            .unwrap();
+    }
+    let ids =
+        |rows: Vec<Json>| rows.iter().map(|r| r.get("id").unwrap().as_str().unwrap().to_owned()).collect::<Vec<_>>();
+    let opts = ListOptions { order_by: Some("position".into()), ..Default::default() };
+    assert_eq!(ids(d.engine.list("todos", &opts).unwrap()), ["b", "c", "a"]);
+    let opts = ListOptions { order_by: Some("position desc".into()), limit: Some(2), ..Default::default() };
+    assert_eq!(ids(d.engine.list("todos", &opts).unwrap()), ["a", "c"]);
+    let opts = ListOptions { filter: Some(parse_json(r#"{"done":false}"#).unwrap()), ..Default::default() };
+    assert_eq!(ids(d.engine.list("todos", &opts).unwrap()), ["a", "c"]);
+    let opts = ListOptions { filter: Some(parse_json(r#"{"image":null}"#).unwrap()), ..Default::default() };
+    assert_eq!(d.engine.list("todos", &opts).unwrap().len(), 3);
+    for bad in ["position sideways", "nope", "position desc extra"] {
+        let opts = ListOptions { order_by: Some(bad.into()), ..Default::default() };
+        assert_eq!(d.engine.list("todos", &opts).unwrap_err().code(), "INVALID_QUERY", "{bad}");
+    }
+    let opts = ListOptions { filter: Some(parse_json(r#"{"colour":1}"#).unwrap()), ..Default::default() };
+    assert_eq!(d.engine.list("todos", &opts).unwrap_err().code(), "UNKNOWN_COLUMN");
+}
+
+#[test]
+fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
+    let d = device();
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    let rows = d.engine.query("SELECT id, title FROM todos WHERE title = ?", &[Json::from("milk")]).unwrap();
+    assert_eq!(rows, vec![parse_json(r#"{"id":"a","title":"milk"}"#).unwrap()]);
+    for bad in [
+        "DELETE FROM todos",
+        "UPDATE todos SET title = 'x'",
+        "SELECT 1; DELETE FROM todos",
+        "DROP TABLE todos",
+        "SELEC",
+    ] {
+        assert_eq!(d.engine.query(bad, &[]).unwrap_err().code(), "INVALID_QUERY", "{bad}");
+    }
+    assert_eq!(d.engine.query("SELECT ?", &[]).unwrap_err().code(), "INVALID_QUERY");
+    assert_eq!(d.engine.get("todos", "a").unwrap().unwrap().get("title").unwrap().as_str(), Some("milk"));
+}
+
+#[test]
+fn json_and_boolean_columns_round_trip_with_their_types() {
+    let d = device();
+    let meta = parse_json(r#"{"tags":["a","\ud800"],"n":1.5,"nested":{"z":null}}"#).unwrap();
+    let row = Json::object([("id", Json::from("j")), ("done", Json::Bool(true)), ("meta", meta.clone())]);
+    d.engine.insert("todos", row).unwrap();
+    let got = d.engine.get("todos", "j").unwrap().unwrap();
+    assert_eq!(got.get("meta"), Some(&meta));
+    assert_eq!(got.get("done"), Some(&Json::Bool(true)));
+}
+
+#[test]
+fn subscribers_hear_once_per_committed_batch_with_the_rows_changed() {
+    let d = device();
+    let heard: Rc<RefCell<Vec<Vec<String>>>> = Rc::default();
+    let h = heard.clone();
+    let id = d.engine.subscribe(Some(vec!["todos".into()]), move |e| {
+        h.borrow_mut().push(e.rows.iter().map(|r| r.id.clone()).collect());
+    });
+    d.engine
+        .transaction(&[
+            Op::Insert { table: "todos".into(), row: todo("a", "1") },
+            Op::Insert { table: "todos".into(), row: todo("b", "2") },
+        ])
+        .unwrap();
+    d.engine.update("todos", "a", parse_json(r#"{"done":true}"#).unwrap()).unwrap();
+    let _ = d.engine.insert("todos", todo("a", "fails"));
+    assert_eq!(*heard.borrow(), vec![vec!["a".to_string(), "b".to_string()], vec!["a".to_string()]]);
+    assert!(d.engine.unsubscribe(id));
+    d.engine.insert("todos", todo("c", "3")).unwrap();
+    assert_eq!(heard.borrow().len(), 2);
+}
+
+#[test]
+fn a_database_refuses_a_secret_of_another_owner() {
+    let path = crate::harness::temp_dir("owner").join("db.sqlite");
+    let spec = |secret| crate::harness::DeviceSpec {
+        secret,
+        relays: vec![],
+        schema: crate::harness::todo_schema(1, &[]),
+        db_path: Some(path.clone()),
+        clock_ms: crate::harness::T0,
+    };
+    let a = Device::open(spec("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"));
+    a.engine.insert("todos", todo("a", "mine")).unwrap();
+    drop(a);
+    let err = Device::try_open(spec("sf1_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE")).err().unwrap();
+    assert_eq!(err.code(), "OWNER_MISMATCH");
+    let again = Device::open(spec("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"));
+    assert!(again.engine.get("todos", "a").unwrap().is_some(), "data persists across reopen");
+}
+
+#[test]
+fn invalid_relay_urls_and_schemas_are_refused_at_open() {
+    let bad_relay = crate::harness::DeviceSpec {
+        secret: "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+        relays: vec!["ftp://x".into()],
+        schema: crate::harness::todo_schema(1, &[]),
+        db_path: None,
+        clock_ms: 0,
+    };
+    assert_eq!(Device::try_open(bad_relay).err().unwrap().code(), "INVALID_RELAY");
+    let mut schema = crate::harness::todo_schema(1, &[]);
+    schema.tables[0].columns[0].name = "id".into();
+    let bad_schema = crate::harness::DeviceSpec {
+        secret: "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+        relays: vec![],
+        schema,
+        db_path: None,
+        clock_ms: 0,
+    };
+    assert_eq!(Device::try_open(bad_schema).err().unwrap().code(), "SCHEMA_INVALID");
+}

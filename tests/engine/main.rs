@@ -1,0 +1,12 @@
+//! Engine tests (native): the local API, and sync against a real relay over real HTTP, with
+//! faults injected in front of it where a test needs a relay to misbehave.
+#![cfg(not(target_arch = "wasm32"))]
+
+mod harness;
+
+mod convergence;
+mod failures;
+mod local_api;
+mod property;
+mod purge_rekey_blobs;
+mod recovery;
