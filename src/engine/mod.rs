@@ -112,6 +112,17 @@ impl std::fmt::Debug for Engine {
     }
 }
 
+/// The schema the database was last opened with, if any (lets tools reopen an app's database).
+pub fn stored_schema(conn: &Connection) -> Result<Option<SchemaDef>, EngineError> {
+    let exists: bool = conn
+        .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sync_meta'", [], |_| Ok(true))
+        .unwrap_or(false);
+    if !exists {
+        return Ok(None);
+    }
+    Ok(system::meta_get(conn, "schema")?.and_then(|s| serde_json::from_str(&s).ok()))
+}
+
 /// Checks a relay URL: http or https, no whitespace.
 pub fn validate_relay_url(url: &str) -> Result<(), EngineError> {
     let ok = (url.starts_with("http://") || url.starts_with("https://"))
@@ -128,6 +139,7 @@ impl Engine {
     /// Opens an engine on `conn`: creates/extends the tables, checks that the database belongs
     /// to the secret's owner, and resumes the device's clock. Makes no request.
     pub fn open(mut conn: Connection, config: EngineConfig, mut env: Env) -> Result<Engine, EngineError> {
+        let schema_json = serde_json::to_string(&config.schema).expect("schemas serialize");
         let schema = Schema::new(config.schema)?;
         let secret = Secret::parse(&config.secret)?;
         let identity = secret.identity();
@@ -137,6 +149,7 @@ impl Engine {
         conn.set_prepared_statement_cache_capacity(256);
         system::create_system_tables(&conn)?;
         system::migrate_app_tables(&mut conn, &schema)?;
+        system::meta_set(&conn, "schema", &schema_json)?;
         match system::meta_get(&conn, "owner_id")? {
             Some(stored) if stored != identity.owner_id() => {
                 return Err(EngineError::OwnerMismatch { stored, given: identity.owner_id().to_owned() });
@@ -160,7 +173,12 @@ impl Engine {
         let last_row = rows::max_updated_at(&conn, schema.tables())?.and_then(|s| Hlc::parse(&s).ok());
         let last = last_clock.max(last_row);
         let clock = HlcClock::resume(&device_id, last.as_ref()).expect("device id validated");
-        let relays = config.relays.iter().map(|u| RelayRuntime::new(u)).collect();
+        let mut relays = Vec::new();
+        for url in &config.relays {
+            let mut r = RelayRuntime::new(url);
+            r.last_sync_at = system::meta_get(&conn, &format!("synced:{url}"))?.and_then(|t| t.parse().ok());
+            relays.push(r);
+        }
         Ok(Engine {
             db: RefCell::new(conn),
             schema,

@@ -132,13 +132,14 @@ impl RelayRuntime {
 }
 
 /// The `_sync_meta` keys scoped to one relay.
-pub(crate) fn relay_keys(url: &str) -> [String; 5] {
+pub(crate) fn relay_keys(url: &str) -> [String; 6] {
     [
         format!("cursor:{url}"),
         format!("epoch:{url}"),
         format!("push:{url}"),
         format!("backfill:{url}"),
         format!("pending_close:{url}"),
+        format!("synced:{url}"),
     ]
 }
 
@@ -151,7 +152,18 @@ impl Engine {
     pub fn relay_statuses_local(&self) -> Result<Vec<RelayStatus>, EngineError> {
         let relays = self.relays.borrow().clone();
         let db = self.db.borrow();
-        relays.iter().map(|r| Ok(r.status(outbox::pending_count(&db, &r.url)?))).collect()
+        relays
+            .iter()
+            .map(|r| {
+                let pending = outbox::pending_count(&db, &r.url)?;
+                let mut s = r.status(pending);
+                // Known from an earlier process: the last pass succeeded and nothing waits.
+                if s.state == RelayState::Pending && pending == 0 && s.last_sync_at.is_some() && s.error.is_none() {
+                    s.state = RelayState::Synced;
+                }
+                Ok(s)
+            })
+            .collect()
     }
 
     pub(crate) fn emit_status(&self) {

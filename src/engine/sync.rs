@@ -185,6 +185,8 @@ impl Engine {
         self.emit_status();
         match self.relay_pass(url, &mut report).await {
             Ok(()) => {
+                let now = self.now();
+                self.write(|tx| Ok(system::meta_set(tx, &format!("synced:{url}"), &now.to_string())?))?;
                 let pending = outbox::pending_count(&self.db.borrow(), url)?;
                 self.with_relay(url, |r| {
                     r.state = if pending > 0 { RelayState::Pending } else { RelayState::Synced };

@@ -4,6 +4,7 @@
 
 mod harness;
 
+mod cli_sync;
 mod convergence;
 mod failures;
 mod local_api;

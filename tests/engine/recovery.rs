@@ -278,3 +278,42 @@ async fn a_rolled_back_relay_without_its_mark_is_caught_by_a_head_seq_behind_the
     b.sync().await;
     assert_eq!(a.snapshot(), b.snapshot());
 }
+
+#[tokio::test]
+async fn a_pull_absorbs_a_remote_clock_ahead_within_the_bound_so_later_local_writes_win() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let ahead = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: todo_schema(1, &[]),
+        db_path: None,
+        clock_ms: T0 + 120_000,
+    });
+    ahead.engine.insert("todos", todo("r", "from a clock 2 minutes ahead")).unwrap();
+    ahead.sync().await;
+    let b = Device::new(&secret, &[&relay.url]);
+    b.sync().await;
+    // B's wall clock is 2 minutes behind, yet its edit must win: it happened later.
+    b.engine.update("todos", "r", parse_json(r#"{"title":"edited on b"}"#).unwrap()).unwrap();
+    b.sync().await;
+    ahead.sync().await;
+    assert_eq!(ahead.todos()[0].1.as_str(), Some("edited on b"));
+    assert_eq!(ahead.snapshot(), b.snapshot());
+}
+
+#[test]
+fn the_seen_set_is_capped_at_50k_keeping_the_greatest_ids() {
+    let conn = simplysync::store::open_memory().unwrap();
+    simplysync::store::system::create_system_tables(&conn).unwrap();
+    let tx = conn.unchecked_transaction().unwrap();
+    for i in 0..50_123u32 {
+        simplysync::store::inbox::mark_seen(&tx, &format!("{i:08}")).unwrap();
+    }
+    tx.commit().unwrap();
+    assert_eq!(simplysync::store::inbox::cap_seen(&conn).unwrap(), 123);
+    assert_eq!(simplysync::store::inbox::seen_count(&conn).unwrap(), 50_000);
+    assert!(!simplysync::store::inbox::already_handled(&conn, "00000122").unwrap());
+    assert!(simplysync::store::inbox::already_handled(&conn, "00000123").unwrap());
+    assert!(simplysync::store::inbox::already_handled(&conn, "00050122").unwrap());
+}

@@ -1,0 +1,213 @@
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::rc::Rc;
+
+use clap::{Args, Parser, Subcommand};
+use simplysync::engine::schema::SchemaDef;
+use simplysync::engine::{stored_schema, Engine, EngineConfig, Env, ListOptions, SyncTrigger};
+use simplysync::native::{HttpTransport, SystemClock};
+use simplysync::protocol::entropy::OsEntropy;
+use simplysync::protocol::{create_mnemonic, create_recovery_key, Secret};
+
+#[derive(Parser)]
+#[command(name = "simplysync", version, about = "SimplySync command line: identities, and sync without a browser")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Args)]
+struct Store {
+    /// The SQLite database file.
+    #[arg(long)]
+    db: PathBuf,
+    /// Recovery phrase or sf1_ key.
+    #[arg(long, env = "SIMPLYSYNC_SECRET", hide_env_values = true)]
+    secret: String,
+    /// Schema file (JSON: {"schemaVersion": 1, "tables": [{"name", "columns": [{"name", "type"}]}]});
+    /// defaults to the schema the database was last opened with.
+    #[arg(long)]
+    schema: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct Relays {
+    /// A relay base URL (repeatable).
+    #[arg(long = "relay", env = "SIMPLYSYNC_RELAYS", value_delimiter = ',', required = true)]
+    relays: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Print the identity a secret derives: ownerId and relayAuth as JSON.
+    Identity {
+        /// A recovery phrase or an sf1_ key (quote a phrase).
+        #[arg(env = "SIMPLYSYNC_SECRET", hide_env_values = true)]
+        secret: String,
+        /// Also print dataKey and streamKey in hex (diagnostics; these are secrets).
+        #[arg(long)]
+        show_keys: bool,
+    },
+    /// Mint a new sf1_ recovery key.
+    NewKey,
+    /// Mint a new 12-word recovery phrase.
+    NewPhrase,
+    /// Sync with the relays: once with --once, else every --interval-ms until interrupted.
+    Sync {
+        #[command(flatten)]
+        store: Store,
+        #[command(flatten)]
+        relays: Relays,
+        /// One pass, then exit.
+        #[arg(long)]
+        once: bool,
+        /// Pause between passes.
+        #[arg(long, default_value_t = 5000)]
+        interval_ms: u64,
+    },
+    /// Fill a new (empty) database from the relays: a restore on a new device.
+    Restore {
+        #[command(flatten)]
+        store: Store,
+        #[command(flatten)]
+        relays: Relays,
+    },
+    /// Relay statuses (state, pending events, account figures) as JSON.
+    Status {
+        #[command(flatten)]
+        store: Store,
+        #[command(flatten)]
+        relays: Relays,
+    },
+    /// Current rows of every table as JSON.
+    Export {
+        #[command(flatten)]
+        store: Store,
+        /// Include soft-deleted rows.
+        #[arg(long)]
+        include_deleted: bool,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => return fail(format!("cannot start the async runtime: {e}")),
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(out) => {
+            if !out.is_empty() {
+                println!("{out}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(msg) => fail(msg),
+    }
+}
+
+fn fail(msg: String) -> ExitCode {
+    eprintln!("error: {msg}");
+    ExitCode::from(2)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn pretty(v: &impl serde::Serialize) -> Result<String, String> {
+    serde_json::to_string_pretty(v).map_err(|e| e.to_string())
+}
+
+fn open(store: &Store, relays: Vec<String>) -> Result<Engine, String> {
+    let path = store.db.to_str().ok_or("the --db path is not UTF-8")?;
+    let conn = simplysync::store::open_path(path).map_err(|e| format!("{}: {e}", store.db.display()))?;
+    let schema: SchemaDef = match &store.schema {
+        Some(file) => {
+            let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
+            serde_json::from_str(&text).map_err(|e| format!("{}: not a schema: {e}", file.display()))?
+        }
+        None => {
+            stored_schema(&conn).map_err(|e| e.to_string())?.unwrap_or(SchemaDef { schema_version: 1, tables: vec![] })
+        }
+    };
+    let transport = HttpTransport::new().map_err(|e| e.to_string())?;
+    let env = Env { transport: Rc::new(transport), clock: Rc::new(SystemClock), entropy: Box::new(OsEntropy) };
+    Engine::open(conn, EngineConfig { secret: store.secret.clone(), relays, schema }, env)
+        .map_err(|e| format!("{} ({})", e, e.code()))
+}
+
+async fn run(command: Command) -> Result<String, String> {
+    match command {
+        Command::Identity { secret, show_keys } => {
+            let secret = Secret::parse(&secret).map_err(|e| e.to_string())?;
+            let id = secret.identity();
+            let mut out = serde_json::json!({
+                "kind": match secret { Secret::Mnemonic(_) => "mnemonic", Secret::RecoveryKey(_) => "sf1" },
+                "ownerId": id.owner_id(),
+                "relayAuth": id.relay_auth(),
+            });
+            if show_keys {
+                out["dataKey"] = hex(id.data_key()).into();
+                out["streamKey"] = hex(id.stream_key()).into();
+            }
+            pretty(&out)
+        }
+        Command::NewKey => create_recovery_key(&mut OsEntropy).map_err(|e| e.to_string()),
+        Command::NewPhrase => create_mnemonic(&mut OsEntropy).map_err(|e| e.to_string()),
+        Command::Sync { store, relays, once, interval_ms } => {
+            let engine = open(&store, relays.relays)?;
+            loop {
+                let report = engine.sync(SyncTrigger::Manual).await.map_err(|e| e.to_string())?;
+                let failed = report.relays.iter().any(|r| r.error.is_some());
+                if once {
+                    let text = pretty(&report)?;
+                    return if failed { Err(format!("a relay failed:\n{text}")) } else { Ok(text) };
+                }
+                println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
+                tokio::select! {
+                    _ = tokio::time::sleep(std::time::Duration::from_millis(interval_ms)) => {}
+                    _ = tokio::signal::ctrl_c() => return Ok(String::new()),
+                }
+            }
+        }
+        Command::Restore { store, relays } => {
+            let engine = open(&store, relays.relays)?;
+            let opts = ListOptions { include_deleted: true, limit: Some(1), ..Default::default() };
+            let mut has_rows = false;
+            for t in engine.schema().tables() {
+                has_rows |= !engine.list(&t.name, &opts).map_err(|e| e.to_string())?.is_empty();
+            }
+            if has_rows {
+                return Err("restore fills a new database; this one already has rows (use sync)".into());
+            }
+            let report = engine.sync(SyncTrigger::Manual).await.map_err(|e| e.to_string())?;
+            if let Some(r) = report.relays.iter().find(|r| r.error.is_some()) {
+                return Err(format!(
+                    "restore from {} failed: {}",
+                    r.url,
+                    r.error.as_ref().map(|e| e.message.as_str()).unwrap_or("")
+                ));
+            }
+            let received: u64 = report.relays.iter().map(|r| r.received).sum();
+            let deferred: u64 = report.relays.iter().map(|r| r.deferred).sum();
+            pretty(
+                &serde_json::json!({ "ownerId": engine.owner_id(), "eventsReceived": received, "deferred": deferred }),
+            )
+        }
+        Command::Status { store, relays } => {
+            let engine = open(&store, relays.relays)?;
+            pretty(&engine.relay_statuses().await.map_err(|e| e.to_string())?)
+        }
+        Command::Export { store, include_deleted } => {
+            let engine = open(&store, vec![])?;
+            let opts = ListOptions { include_deleted, ..Default::default() };
+            let mut out = serde_json::Map::new();
+            for t in engine.schema().tables() {
+                let rows = engine.list(&t.name, &opts).map_err(|e| e.to_string())?;
+                out.insert(t.name.clone(), rows.iter().map(|r| r.to_serde()).collect());
+            }
+            pretty(&out)
+        }
+    }
+}
