@@ -18,7 +18,7 @@ pub mod store;
 #[cfg(not(target_arch = "wasm32"))]
 pub mod native;
 #[cfg(target_arch = "wasm32")]
-mod web;
+pub mod web;
 
 /// The crate version, as reported to relays and in diagnostics.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");

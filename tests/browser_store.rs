@@ -19,7 +19,7 @@ async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquire
     let pool = install_opfs("simplysync-tests").await.expect("OPFS pool installs in a dedicated worker");
     let name = unique_name("persist");
     {
-        let conn = open_opfs(&name).unwrap();
+        let conn = open_opfs(&name).await.unwrap();
         conn.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, v BLOB NOT NULL)").unwrap();
         let mut stmt = conn.prepare("INSERT INTO t (id, v) VALUES (?1, ?2)").unwrap();
         for i in 0..100u32 {
@@ -32,7 +32,7 @@ async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquire
     pool.pause().unwrap();
     pool.resume().await.unwrap();
 
-    let conn = open_opfs(&name).unwrap();
+    let conn = open_opfs(&name).await.unwrap();
     let count: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
     assert_eq!(count, 100);
     let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = 'row42'", [], |r| r.get(0)).unwrap();
@@ -45,7 +45,7 @@ async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquire
 async fn a_transaction_rolled_back_on_opfs_leaves_no_trace() {
     install_opfs("simplysync-tests").await.unwrap();
     let name = unique_name("rollback");
-    let mut conn = open_opfs(&name).unwrap();
+    let mut conn = open_opfs(&name).await.unwrap();
     conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
     {
         let tx = conn.transaction().unwrap();

@@ -31,6 +31,7 @@ pub enum ColumnType {
     /// Any JSON value (stored as its canonical JSON text).
     Json,
     /// A reference to a blob: the `blobId` of a manifest in table `blob`.
+    #[serde(alias = "blobManifest", alias = "blob-manifest")]
     Blob,
 }
 

@@ -3,6 +3,7 @@
 use js_sys::Reflect;
 use wasm_bindgen::JsValue;
 
+use crate::engine::EngineError;
 use crate::protocol::entropy::EntropyError;
 use crate::protocol::IdentityError;
 
@@ -12,6 +13,11 @@ pub(crate) fn js_error(code: &str, message: &str) -> JsValue {
     // Setting a property on a fresh Error object cannot fail.
     let _ = Reflect::set(&err, &JsValue::from_str("code"), &JsValue::from_str(code));
     err.into()
+}
+
+/// An engine error with its code.
+pub(crate) fn engine_error(e: &EngineError) -> JsValue {
+    js_error(e.code(), &e.to_string())
 }
 
 /// Errors that have a stable code for JavaScript.
@@ -26,13 +32,7 @@ pub(crate) trait ErrorCode: std::fmt::Display {
 
 impl ErrorCode for IdentityError {
     fn code(&self) -> &'static str {
-        match self {
-            IdentityError::Empty => "SECRET_EMPTY",
-            IdentityError::WrongWordCount { .. } => "SECRET_WORD_COUNT",
-            IdentityError::UnknownWord { .. } => "SECRET_UNKNOWN_WORD",
-            IdentityError::BadChecksum => "SECRET_CHECKSUM",
-            IdentityError::InvalidRecoveryKey { .. } => "SECRET_INVALID_KEY",
-        }
+        EngineError::Identity(self.clone()).code()
     }
 }
 

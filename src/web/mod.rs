@@ -1,6 +1,11 @@
 //! The wasm-bindgen edge: the only place that knows about JavaScript.
 //!
-//! Errors cross as `Error` objects carrying a stable `code` property (see [`errors`]).
+//! [`engine`] is the `Engine` class the worker drives; [`protocol_api`] exports the protocol
+//! functions (identity handles, envelopes, blobs) for advanced use. Errors cross as `Error`
+//! objects carrying a stable `code` property.
 
+pub mod convert;
+pub mod engine;
 mod errors;
+pub mod io;
 mod protocol_api;

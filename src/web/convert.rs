@@ -1,0 +1,109 @@
+//! JavaScript values ↔ the protocol's [`Json`], losslessly: strings keep lone surrogates
+//! (JavaScript strings are UTF-16), numbers stay doubles. Anything that is not JSON data
+//! (functions, symbols, `Date`, typed arrays, non-finite numbers) is an error naming its path.
+
+use std::collections::BTreeMap;
+
+use js_sys::{Array, JsString, Object, Reflect};
+use wasm_bindgen::{JsCast, JsValue};
+
+use crate::protocol::json::JsonString;
+use crate::protocol::Json;
+
+const MAX_DEPTH: usize = 128;
+
+/// Converts a JS value to JSON; `path` names the argument in errors.
+pub fn to_json(v: &JsValue, path: &str) -> Result<Json, String> {
+    convert(v, path, 0)
+}
+
+fn js_string(s: &JsString) -> JsonString {
+    if let Some(text) = s.as_string().filter(|_| s.is_valid_utf16()) {
+        return JsonString::from(text);
+    }
+    let units: Vec<u16> = s.iter().collect();
+    JsonString::from_utf16(&units)
+}
+
+fn convert(v: &JsValue, path: &str, depth: usize) -> Result<Json, String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("{path}: nested deeper than {MAX_DEPTH} levels"));
+    }
+    if v.is_null() || v.is_undefined() {
+        return Ok(Json::Null);
+    }
+    if let Some(b) = v.as_bool() {
+        return Ok(Json::Bool(b));
+    }
+    if let Some(x) = v.as_f64() {
+        return if x.is_finite() { Ok(Json::number(x)) } else { Err(format!("{path}: {x} is not a finite number")) };
+    }
+    if let Some(s) = v.dyn_ref::<JsString>() {
+        return Ok(Json::String(js_string(s)));
+    }
+    if Array::is_array(v) {
+        let arr: &Array = v.unchecked_ref();
+        let mut out = Vec::with_capacity(arr.length() as usize);
+        for (i, item) in arr.iter().enumerate() {
+            out.push(convert(&item, &format!("{path}[{i}]"), depth + 1)?);
+        }
+        return Ok(Json::Array(out));
+    }
+    if v.is_object() && !v.is_function() {
+        let obj: &Object = v.unchecked_ref();
+        let proto = Object::get_prototype_of(obj);
+        let plain = Object::get_prototype_of(&Object::new());
+        if !(proto.is_null() || Object::is(&proto, &plain)) {
+            return Err(format!("{path}: only plain objects, arrays, strings, numbers, booleans and null are data"));
+        }
+        let mut map = BTreeMap::new();
+        for entry in Object::entries(obj).iter() {
+            let pair: Array = entry.unchecked_into();
+            let key: JsString = pair.get(0).unchecked_into();
+            let value = pair.get(1);
+            if value.is_undefined() {
+                continue; // as JSON.stringify does
+            }
+            let k = js_string(&key);
+            let child = format!("{path}.{}", k.to_string_lossy());
+            map.insert(k, convert(&value, &child, depth + 1)?);
+        }
+        return Ok(Json::Object(map));
+    }
+    Err(format!("{path}: a {} is not JSON data", v.js_typeof().as_string().unwrap_or_default()))
+}
+
+fn string_to_js(s: &JsonString) -> JsValue {
+    match s.as_str() {
+        Some(text) => JsValue::from_str(text),
+        None => {
+            let units: Vec<u16> = s.code_units().collect();
+            JsString::from_char_code(&units).into()
+        }
+    }
+}
+
+/// Converts JSON to a JS value (plain objects and arrays).
+pub fn to_js(v: &Json) -> JsValue {
+    match v {
+        Json::Null => JsValue::NULL,
+        Json::Bool(b) => JsValue::from_bool(*b),
+        Json::Number(n) => JsValue::from_f64(n.get()),
+        Json::String(s) => string_to_js(s),
+        Json::Array(items) => items.iter().map(to_js).collect::<Array>().into(),
+        Json::Object(map) => {
+            let obj = Object::new();
+            for (k, val) in map {
+                // Setting a property on a fresh plain object cannot fail.
+                let _ = Reflect::set(&obj, &string_to_js(k), &to_js(val));
+            }
+            obj.into()
+        }
+    }
+}
+
+/// Serializes any serde value to a plain JS value (objects, not Maps).
+pub fn serde_to_js<T: serde::Serialize>(v: &T) -> JsValue {
+    let ser = serde_wasm_bindgen::Serializer::json_compatible();
+    v.serialize(&ser).unwrap_or(JsValue::NULL)
+}

@@ -1,0 +1,424 @@
+//! The `Engine` class JavaScript sees (inside the dedicated worker the JS facade starts): the
+//! engine on SQLite/OPFS with `fetch`, plus the driver — the poll timer, a sync after local
+//! writes, and passes on `focus`/`online` forwarded from the page. `autoSync: false` turns the
+//! driver off entirely; `sync()` still runs a full pass.
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+
+use js_sys::{Array, Function, Uint8Array};
+use serde::Deserialize;
+use wasm_bindgen::prelude::*;
+
+use super::convert::{serde_to_js, to_js, to_json};
+use super::errors::{engine_error, js_error};
+use super::io::{sleep, DateClock, FetchTransport};
+use crate::engine::schema::SchemaDef;
+use crate::engine::{Engine, EngineConfig, EngineError, Env, ListOptions, Op, SyncTrigger};
+use crate::protocol::entropy::OsEntropy;
+use crate::protocol::Json;
+use crate::store::opfs::{install_opfs, open_opfs};
+
+/// Default poll interval.
+pub const DEFAULT_SYNC_INTERVAL_MS: u32 = 5000;
+/// Writes within this window share one sync pass.
+const WRITE_DEBOUNCE_MS: u32 = 25;
+/// OPFS directory of the engine's pool.
+const OPFS_DIRECTORY: &str = "simplysync";
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct OpenOptions {
+    relays: Vec<String>,
+    schema: SchemaDef,
+    db_name: Option<String>,
+    sync_interval_ms: Option<u32>,
+    auto_sync: Option<bool>,
+    /// "auto" (default: OPFS, else memory), "opfs" (fail without it), "memory".
+    storage: Option<String>,
+}
+
+/// Where the database lives and how durable it is.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+struct StorageInfo {
+    mode: &'static str,
+    durable: bool,
+    reason: Option<String>,
+}
+
+struct Inner {
+    engine: Engine,
+    storage: StorageInfo,
+    auto_sync: bool,
+    interval_ms: u32,
+    closed: Cell<bool>,
+    write_sync_scheduled: Cell<bool>,
+    callbacks: RefCell<Vec<u64>>,
+}
+
+/// The sync engine, for JavaScript.
+#[wasm_bindgen(js_name = Engine)]
+pub struct WebEngine {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for WebEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebEngine").field("engine", &self.inner.engine).field("storage", &self.inner.storage).finish()
+    }
+}
+
+fn err(e: EngineError) -> JsValue {
+    engine_error(&e)
+}
+
+fn bad_arg(msg: String) -> JsValue {
+    js_error("INVALID_ARGUMENT", &msg)
+}
+
+fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
+    to_json(v, name).map_err(bad_arg)
+}
+
+async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
+    if mode != "memory" {
+        let opfs = async {
+            install_opfs(OPFS_DIRECTORY).await?;
+            open_opfs(db_name).await
+        };
+        match opfs.await {
+            Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
+            Err(e) if mode == "opfs" => return Err(js_error("STORAGE", &format!("OPFS storage is unavailable: {e}"))),
+            Err(e) => {
+                let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
+                let reason = format!(
+                    "OPFS is unavailable here ({e}); data lives in memory and is lost when the page closes. \
+                     Private browsing and old browsers lack OPFS."
+                );
+                return Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some(reason) }));
+            }
+        }
+    }
+    let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
+    Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some("memory storage was requested".into()) }))
+}
+
+fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
+    let inner = inner.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        if !inner.closed.get() {
+            // Failures are per relay and already in the statuses; a local database error has
+            // no caller to reach here, so it surfaces as a status event with the error.
+            let _ = inner.engine.sync(trigger).await;
+        }
+    });
+}
+
+#[wasm_bindgen(js_class = Engine)]
+impl WebEngine {
+    /// Opens the engine: `{secret, relays, schema, dbName?, syncIntervalMs?, autoSync?, storage?}`.
+    pub async fn open(secret: String, options: JsValue) -> Result<WebEngine, JsValue> {
+        let opts: OpenOptions =
+            serde_wasm_bindgen::from_value(options).map_err(|e| bad_arg(format!("options: {e}")))?;
+        let db_name = opts.db_name.unwrap_or_else(|| "simplysync.db".into());
+        if db_name.is_empty() || db_name.len() > 200 || db_name.contains('/') {
+            return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/'")));
+        }
+        let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name).await?;
+        let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
+        let config = EngineConfig { secret, relays: opts.relays, schema: opts.schema };
+        let engine = Engine::open(conn, config, env).map_err(err)?;
+        let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
+        let inner = Rc::new(Inner {
+            engine,
+            storage,
+            auto_sync: opts.auto_sync.unwrap_or(true),
+            interval_ms,
+            closed: Cell::new(false),
+            write_sync_scheduled: Cell::new(false),
+            callbacks: RefCell::new(Vec::new()),
+        });
+        if inner.auto_sync {
+            spawn_sync(&inner, SyncTrigger::Boot);
+            let poller = inner.clone();
+            wasm_bindgen_futures::spawn_local(async move {
+                loop {
+                    sleep(poller.interval_ms).await;
+                    if poller.closed.get() {
+                        break;
+                    }
+                    let _ = poller.engine.sync(SyncTrigger::Poll).await;
+                }
+            });
+        }
+        Ok(WebEngine { inner })
+    }
+
+    fn after_write(&self) {
+        let inner = &self.inner;
+        if !inner.auto_sync || inner.write_sync_scheduled.replace(true) {
+            return;
+        }
+        let inner = inner.clone();
+        wasm_bindgen_futures::spawn_local(async move {
+            sleep(WRITE_DEBOUNCE_MS).await;
+            inner.write_sync_scheduled.set(false);
+            if !inner.closed.get() {
+                let _ = inner.engine.sync(SyncTrigger::Write).await;
+            }
+        });
+    }
+
+    fn write_op(&self, op: Op) -> Result<JsValue, JsValue> {
+        let rows = self.inner.engine.transaction(std::slice::from_ref(&op)).map_err(err)?;
+        self.after_write();
+        Ok(rows.first().map_or(JsValue::NULL, to_js))
+    }
+
+    /// The public owner id.
+    #[wasm_bindgen(getter, js_name = ownerId)]
+    pub fn owner_id(&self) -> String {
+        self.inner.engine.owner_id()
+    }
+
+    /// This device's id.
+    #[wasm_bindgen(getter, js_name = deviceId)]
+    pub fn device_id(&self) -> String {
+        self.inner.engine.device_id().to_owned()
+    }
+
+    /// `{mode: "opfs" | "memory", durable, reason}`.
+    pub fn storage(&self) -> JsValue {
+        serde_to_js(&self.inner.storage)
+    }
+
+    /// Creates a row.
+    pub fn insert(&self, table: String, row: JsValue) -> Result<JsValue, JsValue> {
+        self.write_op(Op::Insert { table, row: arg_json(&row, "row")? })
+    }
+
+    /// Changes the given columns of a live row.
+    pub fn update(&self, table: String, id: String, patch: JsValue) -> Result<JsValue, JsValue> {
+        self.write_op(Op::Update { table, id, patch: arg_json(&patch, "patch")? })
+    }
+
+    /// Writes a whole row.
+    pub fn upsert(&self, table: String, row: JsValue) -> Result<JsValue, JsValue> {
+        self.write_op(Op::Upsert { table, row: arg_json(&row, "row")? })
+    }
+
+    /// Soft-deletes a live row.
+    pub fn delete(&self, table: String, id: String) -> Result<JsValue, JsValue> {
+        self.write_op(Op::Delete { table, id })
+    }
+
+    /// Applies `[{op: "insert"|"update"|"upsert"|"delete", table, row?, id?, patch?}]` atomically.
+    pub fn transaction(&self, ops: JsValue) -> Result<JsValue, JsValue> {
+        let Json::Array(items) = arg_json(&ops, "ops")? else { return Err(bad_arg("ops must be an array".into())) };
+        let mut parsed = Vec::with_capacity(items.len());
+        for (i, item) in items.into_iter().enumerate() {
+            let field = |k: &str| item.get(k).and_then(|v| v.as_str()).map(str::to_owned);
+            let need = |k: &str| field(k).ok_or_else(|| bad_arg(format!("ops[{i}].{k} must be a string")));
+            let value = |k: &str| item.get(k).cloned().ok_or_else(|| bad_arg(format!("ops[{i}].{k} is missing")));
+            let table = need("table")?;
+            parsed.push(match field("op").as_deref() {
+                Some("insert") => Op::Insert { table, row: value("row")? },
+                Some("upsert") => Op::Upsert { table, row: value("row")? },
+                Some("update") => Op::Update { table, id: need("id")?, patch: value("patch")? },
+                Some("delete") => Op::Delete { table, id: need("id")? },
+                other => return Err(bad_arg(format!("ops[{i}].op {other:?}: use insert, update, upsert or delete"))),
+            });
+        }
+        let rows = self.inner.engine.transaction(&parsed).map_err(err)?;
+        self.after_write();
+        Ok(rows.iter().map(to_js).collect::<Array>().into())
+    }
+
+    /// A live row or `null`.
+    pub fn get(&self, table: String, id: String) -> Result<JsValue, JsValue> {
+        Ok(self.inner.engine.get(&table, &id).map_err(err)?.as_ref().map_or(JsValue::NULL, to_js))
+    }
+
+    /// Rows of a table: `{where?, orderBy?, limit?, includeDeleted?}`.
+    pub fn list(&self, table: String, options: JsValue) -> Result<JsValue, JsValue> {
+        let o = arg_json(&options, "options")?;
+        let opts = ListOptions {
+            filter: o.get("where").cloned(),
+            order_by: o.get("orderBy").and_then(|v| v.as_str()).map(str::to_owned),
+            limit: o.get("limit").and_then(|v| v.as_f64()).map(|n| n.clamp(0.0, u32::MAX as f64) as u32),
+            include_deleted: o.get("includeDeleted").and_then(|v| v.as_bool()).unwrap_or(false),
+        };
+        let rows = self.inner.engine.list(&table, &opts).map_err(err)?;
+        Ok(rows.iter().map(to_js).collect::<Array>().into())
+    }
+
+    /// One read-only SQL statement with positional parameters.
+    pub fn query(&self, sql: String, params: JsValue) -> Result<JsValue, JsValue> {
+        let params = match arg_json(&params, "params")? {
+            Json::Null => vec![],
+            Json::Array(p) => p,
+            _ => return Err(bad_arg("params must be an array".into())),
+        };
+        let rows = self.inner.engine.query(&sql, &params).map_err(err)?;
+        Ok(rows.iter().map(to_js).collect::<Array>().into())
+    }
+
+    /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
+    pub async fn sync(&self) -> Result<JsValue, JsValue> {
+        let report = self.inner.engine.sync(SyncTrigger::Manual).await.map_err(err)?;
+        Ok(serde_to_js(&report))
+    }
+
+    /// The page regained focus or the network: sync now (unless `autoSync` is off).
+    pub fn notify(&self, event: String) -> Result<(), JsValue> {
+        let trigger = match event.as_str() {
+            "focus" => SyncTrigger::Focus,
+            "online" => SyncTrigger::Online,
+            other => return Err(bad_arg(format!("notify({other:?}): expected \"focus\" or \"online\""))),
+        };
+        if self.inner.auto_sync {
+            spawn_sync(&self.inner, trigger);
+        }
+        Ok(())
+    }
+
+    /// Every relay's status, refreshed from `/v1/status`.
+    #[wasm_bindgen(js_name = relayStatuses)]
+    pub async fn relay_statuses(&self) -> Result<JsValue, JsValue> {
+        Ok(serde_to_js(&self.inner.engine.relay_statuses().await.map_err(err)?))
+    }
+
+    /// Adds a relay (backfilled on its first pass).
+    #[wasm_bindgen(js_name = addRelay)]
+    pub fn add_relay(&self, url: String) -> Result<(), JsValue> {
+        self.inner.engine.add_relay(&url).map_err(err)?;
+        self.after_write();
+        Ok(())
+    }
+
+    /// Removes a relay and what this device knew about it.
+    #[wasm_bindgen(js_name = removeRelay)]
+    pub fn remove_relay(&self, url: String) -> Result<(), JsValue> {
+        self.inner.engine.remove_relay(&url).map_err(err)
+    }
+
+    /// Hard-deletes every soft-deleted row; returns the count.
+    #[wasm_bindgen(js_name = purgeDeleted)]
+    pub fn purge_deleted(&self) -> Result<u32, JsValue> {
+        let n = self.inner.engine.purge_deleted().map_err(err)?;
+        self.after_write();
+        Ok(n as u32)
+    }
+
+    /// Hard-deletes the given rows; returns the count.
+    #[wasm_bindgen(js_name = purgeRows)]
+    pub fn purge_rows(&self, table: String, ids: Vec<String>) -> Result<u32, JsValue> {
+        let n = self.inner.engine.purge_rows(&table, &ids).map_err(err)?;
+        self.after_write();
+        Ok(n as u32)
+    }
+
+    /// Stores bytes as an encrypted blob; returns its manifest.
+    #[wasm_bindgen(js_name = putBlob)]
+    pub fn put_blob(&self, bytes: Uint8Array, mime_type: String, chunk_size: Option<u32>) -> Result<JsValue, JsValue> {
+        let m = self.inner.engine.put_blob(&bytes.to_vec(), &mime_type, chunk_size.map(|c| c as usize)).map_err(err)?;
+        self.after_write();
+        Ok(serde_to_js(&m))
+    }
+
+    /// A whole blob's bytes.
+    #[wasm_bindgen(js_name = getBlob)]
+    pub async fn get_blob(&self, blob_id: String) -> Result<Uint8Array, JsValue> {
+        let (_, bytes) = self.inner.engine.get_blob(&blob_id).await.map_err(err)?;
+        Ok(Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// One chunk's bytes.
+    #[wasm_bindgen(js_name = getBlobChunk)]
+    pub async fn get_blob_chunk(&self, blob_id: String, index: u32) -> Result<Uint8Array, JsValue> {
+        let bytes = self.inner.engine.get_blob_chunk(&blob_id, index as usize).await.map_err(err)?;
+        Ok(Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// A blob's manifest.
+    #[wasm_bindgen(js_name = blobManifest)]
+    pub fn blob_manifest(&self, blob_id: String) -> Result<JsValue, JsValue> {
+        Ok(serde_to_js(&self.inner.engine.blob_manifest(&blob_id).map_err(err)?))
+    }
+
+    /// The recovery phrase (or key), to show to its owner.
+    #[wasm_bindgen(js_name = recoveryPhrase)]
+    pub fn recovery_phrase(&self) -> String {
+        self.inner.engine.recovery_secret()
+    }
+
+    /// Moves everything to a new secret and closes the old owner on every relay.
+    pub async fn rekey(&self, new_secret: String) -> Result<JsValue, JsValue> {
+        Ok(serde_to_js(&self.inner.engine.rekey(&new_secret).await.map_err(err)?))
+    }
+
+    /// Re-processes quarantined events; returns how many were released.
+    #[wasm_bindgen(js_name = retryQuarantined)]
+    pub fn retry_quarantined(&self) -> Result<u32, JsValue> {
+        Ok(self.inner.engine.retry_quarantined().map_err(err)? as u32)
+    }
+
+    /// Quarantined events (`{eventId, relay, reason, detail, at}`).
+    pub fn quarantined(&self) -> Result<JsValue, JsValue> {
+        let held = self.inner.engine.quarantined().map_err(err)?;
+        Ok(held_to_js(&held))
+    }
+
+    /// Deferred events (`{eventId, relay, reason, detail, at}`).
+    pub fn deferred(&self) -> Result<JsValue, JsValue> {
+        let held = self.inner.engine.deferred().map_err(err)?;
+        Ok(held_to_js(&held))
+    }
+
+    /// Calls `callback({source, tables, rows})` after each committed batch of changes.
+    #[wasm_bindgen(js_name = onChange)]
+    pub fn on_change(&self, callback: Function) -> f64 {
+        let id = self.inner.engine.subscribe(None, move |e| {
+            let _ = callback.call1(&JsValue::NULL, &serde_to_js(e));
+        });
+        self.inner.callbacks.borrow_mut().push(id);
+        id as f64
+    }
+
+    /// Calls `callback(statuses)` whenever a relay's status changes.
+    #[wasm_bindgen(js_name = onStatus)]
+    pub fn on_status(&self, callback: Function) -> f64 {
+        let id = self.inner.engine.on_status(move |s| {
+            let _ = callback.call1(&JsValue::NULL, &serde_to_js(&s));
+        });
+        id as f64
+    }
+
+    /// Calls `callback(progress)` during pulls.
+    #[wasm_bindgen(js_name = onProgress)]
+    pub fn on_progress(&self, callback: Function) -> f64 {
+        let id = self.inner.engine.on_progress(move |p| {
+            let _ = callback.call1(&JsValue::NULL, &serde_to_js(p));
+        });
+        id as f64
+    }
+
+    /// Removes a callback registered with `onChange`, `onStatus` or `onProgress`.
+    pub fn unsubscribe(&self, id: f64) -> bool {
+        self.inner.engine.unsubscribe(id as u64)
+    }
+
+    /// Stops the driver. The database closes when the object is freed.
+    pub fn close(&self) {
+        self.inner.closed.set(true);
+    }
+}
+
+fn held_to_js(held: &[crate::store::inbox::HeldEvent]) -> JsValue {
+    let v: Vec<serde_json::Value> = held
+        .iter()
+        .map(|h| serde_json::json!({"eventId": h.event_id, "relay": h.relay, "reason": h.reason, "detail": h.detail, "at": h.at}))
+        .collect();
+    serde_to_js(&v)
+}

@@ -1,0 +1,72 @@
+//! The engine's I/O in a browser: `fetch` (window or worker), `Date.now()`, and timers.
+
+use js_sys::{Promise, Uint8Array};
+use wasm_bindgen::prelude::*;
+use wasm_bindgen::JsCast;
+use wasm_bindgen_futures::JsFuture;
+use web_sys::{Headers, Request, RequestInit, Response};
+
+use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Transport, TransportError};
+
+#[wasm_bindgen]
+extern "C" {
+    /// The global `fetch`, in a window and in a worker alike.
+    #[wasm_bindgen(js_name = fetch)]
+    fn global_fetch(input: &Request) -> Promise;
+
+}
+
+fn js_message(e: &JsValue) -> String {
+    e.dyn_ref::<js_sys::Error>()
+        .map(|e| String::from(e.message()))
+        .or_else(|| e.as_string())
+        .unwrap_or_else(|| format!("{e:?}"))
+}
+
+/// HTTP through `fetch`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FetchTransport;
+
+impl FetchTransport {
+    async fn send_inner(req: HttpRequest) -> Result<HttpResponse, JsValue> {
+        let init = RequestInit::new();
+        init.set_method(req.method.as_str());
+        let headers = Headers::new()?;
+        if let Some(t) = &req.bearer {
+            headers.set("Authorization", &format!("Bearer {t}"))?;
+        }
+        if let Some(ct) = req.content_type {
+            headers.set("Content-Type", ct)?;
+        }
+        init.set_headers(&headers);
+        if let Some(body) = &req.body {
+            init.set_body(&Uint8Array::from(body.as_slice()));
+        }
+        let request = Request::new_with_str_and_init(&req.url, &init)?;
+        let resp: Response = JsFuture::from(global_fetch(&request)).await?.dyn_into()?;
+        let status = resp.status();
+        let body = JsFuture::from(resp.array_buffer()?).await?;
+        Ok(HttpResponse { status, body: Uint8Array::new(&body).to_vec() })
+    }
+}
+
+impl Transport for FetchTransport {
+    fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
+        Box::pin(async move { Self::send_inner(req).await.map_err(|e| TransportError(js_message(&e))) })
+    }
+}
+
+/// `Date.now()`.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DateClock;
+
+impl Clock for DateClock {
+    fn now_ms(&self) -> u64 {
+        js_sys::Date::now() as u64
+    }
+}
+
+/// Resolves after `ms` milliseconds (windows and workers alike).
+pub async fn sleep(ms: u32) {
+    gloo_timers::future::TimeoutFuture::new(ms).await;
+}

@@ -1,0 +1,153 @@
+//! The engine in a real browser: a dedicated worker, OPFS storage, `fetch` to a real relay
+//! that `scripts/test.sh` starts on `SIMPLYSYNC_TEST_RELAY` (default http://127.0.0.1:18787).
+#![cfg(target_arch = "wasm32")]
+
+use js_sys::{Array, Reflect, Uint8Array};
+use simplysync::protocol::base64url;
+use simplysync::protocol::entropy::{random_bytes, OsEntropy};
+use simplysync::web::engine::WebEngine;
+use wasm_bindgen::{JsCast, JsValue};
+use wasm_bindgen_futures::JsFuture;
+use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
+
+wasm_bindgen_test_configure!(run_in_dedicated_worker);
+
+const RELAY: &str = match option_env!("SIMPLYSYNC_TEST_RELAY") {
+    Some(url) => url,
+    None => "http://127.0.0.1:18787",
+};
+
+fn unique(prefix: &str) -> String {
+    format!("{prefix}-{}.db", base64url::encode(&random_bytes::<6>(&mut OsEntropy).unwrap()))
+}
+
+fn js(text: &str) -> JsValue {
+    js_sys::JSON::parse(text).unwrap()
+}
+
+fn options(db: &str, relays: &[&str], auto_sync: bool) -> JsValue {
+    js(&format!(
+        r#"{{"relays": {}, "dbName": "{db}", "autoSync": {auto_sync}, "syncIntervalMs": 200,
+            "schema": {{"schemaVersion": 1, "tables": [{{"name": "todos", "columns": [
+                {{"name": "title", "type": "text"}}, {{"name": "done", "type": "boolean"}},
+                {{"name": "image", "type": "blob"}}, {{"name": "meta", "type": "json"}}]}}]}}}}"#,
+        serde_json::to_string(relays).unwrap()
+    ))
+}
+
+fn get(v: &JsValue, k: &str) -> JsValue {
+    Reflect::get(v, &k.into()).unwrap()
+}
+
+async fn sleep(ms: u32) {
+    simplysync::web::io::sleep(ms).await;
+}
+
+async fn fetch_text(url: &str) -> String {
+    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let resp: web_sys::Response = JsFuture::from(global.fetch_with_str(url)).await.unwrap().unchecked_into();
+    JsFuture::from(resp.text().unwrap()).await.unwrap().as_string().unwrap()
+}
+
+async fn events_requests() -> u64 {
+    let text = fetch_text(&format!("{RELAY}/metrics")).await;
+    text.lines()
+        .filter(|l| l.starts_with("simplysync_relay_requests_total{route=\"/v1/events\""))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[wasm_bindgen_test]
+async fn the_engine_runs_on_opfs_and_its_data_survives_close_and_reopen() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let db = unique("persist");
+    let e = WebEngine::open(secret.clone(), options(&db, &[], false)).await.unwrap();
+    assert_eq!(get(&e.storage(), "mode"), "opfs");
+    assert_eq!(get(&e.storage(), "durable"), JsValue::TRUE);
+    e.insert("todos".into(), js(r#"{"id": "a", "title": "milk", "meta": {"note": "lone \ud800"}, "done": false}"#))
+        .unwrap();
+    let err = e.insert("todos".into(), js(r#"{"id": "s", "title": "text is UTF-8 \ud800"}"#)).unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_VALUE", "a text column refuses a lone surrogate, with a clear error");
+    e.update("todos".into(), "a".into(), js(r#"{"done": true}"#)).unwrap();
+    let err = e.insert("todos".into(), js(r#"{"id": "a"}"#)).unwrap_err();
+    assert_eq!(get(&err, "code"), "ALREADY_EXISTS");
+    let err = e.insert("todos".into(), js(r#"{"id": "b", "done": "yes"}"#)).unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_VALUE");
+    e.close();
+    drop(e);
+    let again = WebEngine::open(secret, options(&db, &[], false)).await.unwrap();
+    let row = again.get("todos".into(), "a".into()).unwrap();
+    assert_eq!(get(&row, "done"), JsValue::TRUE);
+    let note: js_sys::JsString = get(&get(&row, "meta"), "note").unchecked_into();
+    assert_eq!(note.iter().last(), Some(0xD800), "a lone surrogate in a json column survives the round trip");
+    let rows: Array = again.list("todos".into(), js("{}")).unwrap().unchecked_into();
+    assert_eq!(rows.length(), 1);
+}
+
+#[wasm_bindgen_test]
+async fn two_engines_in_one_browser_sync_through_a_real_relay() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let a = WebEngine::open(secret.clone(), options(&unique("a"), &[RELAY], false)).await.unwrap();
+    let b = WebEngine::open(secret, options(&unique("b"), &[RELAY], false)).await.unwrap();
+    a.insert("todos".into(), js(r#"{"id": "1", "title": "from a"}"#)).unwrap();
+    b.insert("todos".into(), js(r#"{"id": "2", "title": "from b"}"#)).unwrap();
+    let report = a.sync().await.unwrap();
+    let relays: Array = get(&report, "relays").unchecked_into();
+    assert_eq!(get(&relays.get(0), "error"), JsValue::NULL, "{report:?}");
+    b.sync().await.unwrap();
+    a.sync().await.unwrap();
+    for e in [&a, &b] {
+        let rows: Array = e.list("todos".into(), js("{}")).unwrap().unchecked_into();
+        assert_eq!(rows.length(), 2);
+    }
+    let statuses: Array = a.relay_statuses().await.unwrap().unchecked_into();
+    assert_eq!(get(&statuses.get(0), "state"), "synced");
+    assert_eq!(get(&get(&statuses.get(0), "account"), "events"), 2);
+}
+
+#[wasm_bindgen_test]
+async fn blobs_upload_from_one_engine_and_download_in_another() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let a = WebEngine::open(secret.clone(), options(&unique("blob-a"), &[RELAY], false)).await.unwrap();
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+    let manifest = a.put_blob(Uint8Array::from(data.as_slice()), "image/png".into(), None).unwrap();
+    let blob_id = get(&manifest, "blobId").as_string().unwrap();
+    assert_eq!(js_sys::Array::from(&get(&manifest, "chunks")).length(), 2);
+    a.sync().await.unwrap();
+    let b = WebEngine::open(secret, options(&unique("blob-b"), &[RELAY], false)).await.unwrap();
+    b.sync().await.unwrap();
+    let chunk = b.get_blob_chunk(blob_id.clone(), 1).await.unwrap();
+    assert_eq!(chunk.to_vec(), data[262_144..].to_vec());
+    assert_eq!(b.get_blob(blob_id).await.unwrap().to_vec(), data);
+}
+
+#[wasm_bindgen_test]
+async fn auto_sync_off_makes_no_request_by_itself_but_sync_still_runs_a_full_pass() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let before = events_requests().await;
+    let e = WebEngine::open(secret, options(&unique("manual"), &[RELAY], false)).await.unwrap();
+    e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
+    e.notify("focus".into()).unwrap();
+    e.notify("online".into()).unwrap();
+    sleep(700).await; // more than three poll intervals
+    assert_eq!(events_requests().await, before, "no boot, write, poll, focus or online pass");
+    e.sync().await.unwrap();
+    assert!(events_requests().await >= before + 2, "sync() pushed and pulled");
+}
+
+#[wasm_bindgen_test]
+async fn auto_sync_on_syncs_after_a_write_without_being_asked() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let a = WebEngine::open(secret.clone(), options(&unique("auto"), &[RELAY], true)).await.unwrap();
+    a.insert("todos".into(), js(r#"{"id": "w", "title": "pushed by itself"}"#)).unwrap();
+    let b = WebEngine::open(secret, options(&unique("auto-b"), &[RELAY], true)).await.unwrap();
+    for _ in 0..50 {
+        sleep(100).await;
+        if b.get("todos".into(), "w".into()).unwrap() != JsValue::NULL {
+            a.close();
+            b.close();
+            return;
+        }
+    }
+    panic!("the write did not reach the other engine by itself");
+}
