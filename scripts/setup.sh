@@ -84,10 +84,12 @@ else
   $SUDO npm install --prefix "$TOOLS" --no-audit --no-fund --silent "binaryen@$BINARYEN_NPM_VERSION"
 fi
 
-step "node dependencies of the test suite (scripts/node)"
-if [ -f "$ROOT/scripts/node/package.json" ]; then
-  (cd "$ROOT/scripts/node" && { [ -d node_modules ] && npm ls --silent >/dev/null 2>&1 || npm ci --no-audit --no-fund --silent; })
-fi
+step "node dependencies of the test suite (scripts/node, tests/browser-js)"
+for dir in scripts/node tests/browser-js; do
+  if [ -f "$ROOT/$dir/package-lock.json" ]; then
+    (cd "$ROOT/$dir" && { { [ -d node_modules ] && npm ls --silent >/dev/null 2>&1; } || npm ci --no-audit --no-fund --silent; })
+  fi
+done
 
 step "verify"
 for b in wasm-bindgen wasm-bindgen-test-runner wasm-pack; do [ -x "$BIN_DIR/$b" ] || die "$b missing in $BIN_DIR"; done

@@ -43,5 +43,9 @@ done
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
   wasm-pack test --headless --chrome --mode no-install -- --locked
 
+stage "npm package: build and pack, then a Vite app against the tarball in Chromium"
+bash scripts/build-pkg.sh >/dev/null
+(cd tests/browser-js && node --test --test-concurrency=1 package.test.mjs)
+
 echo
 echo "all checks passed in $((SECONDS - t0)) s"

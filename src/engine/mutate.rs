@@ -215,6 +215,42 @@ impl Engine {
         Ok(rows)
     }
 
+    /// Like [`Self::transaction`], but at most once per `request_id`: the id and the result
+    /// are recorded in the same SQLite transaction as the writes, and a repeated id returns the
+    /// recorded rows without writing again. Lets a caller re-send a call whose answer it lost
+    /// (a tab whose leader closed mid-call). Ids are kept for a day.
+    pub fn transaction_once(&self, request_id: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
+        if request_id.is_empty() || request_id.len() > 128 {
+            return Err(EngineError::InvalidQuery("requestId must be 1–128 characters".into()));
+        }
+        let done: Option<String> = system::meta_request(&self.db.borrow(), request_id)?;
+        if let Some(text) = done {
+            return match crate::protocol::parse_json(&text) {
+                Ok(Json::Array(rows)) => Ok(rows),
+                _ => Ok(Vec::new()),
+            };
+        }
+        let now = self.now();
+        let (changes, rows) = self.write(|tx| {
+            let mut changes = Vec::with_capacity(ops.len());
+            let mut rows = Vec::with_capacity(ops.len());
+            for op in ops {
+                let (c, r) = self.stage(tx, op)?;
+                changes.push(c);
+                rows.push(r);
+            }
+            self.persist_clock(tx)?;
+            let result = to_canonical_json(&Json::Array(rows.clone()));
+            tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
+                .execute(rusqlite::params![request_id, result, now as i64])?;
+            tx.prepare_cached("DELETE FROM _sync_requests WHERE at < ?1")?
+                .execute([now.saturating_sub(24 * 3600 * 1000) as i64])?;
+            Ok((changes, rows))
+        })?;
+        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
+        Ok(rows)
+    }
+
     fn single(&self, op: Op) -> Result<Json, EngineError> {
         Ok(self.transaction(std::slice::from_ref(&op))?.pop().expect("one op, one row"))
     }

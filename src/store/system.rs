@@ -58,6 +58,11 @@ CREATE TABLE IF NOT EXISTS _sync_blob_chunks (
     bytes   BLOB NOT NULL,
     local   INTEGER NOT NULL
 );
+CREATE TABLE IF NOT EXISTS _sync_requests (
+    id     TEXT PRIMARY KEY,
+    result TEXT NOT NULL,
+    at     INTEGER NOT NULL
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
     relay TEXT NOT NULL,
     hash  TEXT NOT NULL,
@@ -137,4 +142,12 @@ pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreEr
 pub fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
     conn.prepare_cached("DELETE FROM _sync_meta WHERE key = ?1")?.execute([key])?;
     Ok(())
+}
+
+/// The recorded result of a request id (see `Engine::transaction_once`).
+pub fn meta_request(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT result FROM _sync_requests WHERE id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
 }

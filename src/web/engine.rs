@@ -81,27 +81,50 @@ fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
     to_json(v, name).map_err(bad_arg)
 }
 
+/// True for errors meaning this context has no usable OPFS at all (then memory is the only
+/// option), as opposed to OPFS being busy (another worker still holds the pool).
+fn opfs_unsupported(e: &str) -> bool {
+    ["require a supported dedicated worker", "NotSupported", "SecurityError", "is not a function", "undefined"]
+        .iter()
+        .any(|m| e.contains(m))
+}
+
+/// How long to wait for another worker (a closing leader tab) to release the OPFS pool.
+const OPFS_BUSY_WAIT_MS: u32 = 10_000;
+
 async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
-    if mode != "memory" {
-        let opfs = async {
+    if mode == "memory" {
+        let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
+        return Ok((
+            conn,
+            StorageInfo { mode: "memory", durable: false, reason: Some("memory storage was requested".into()) },
+        ));
+    }
+    let mut waited = 0;
+    loop {
+        let attempt = async {
             install_opfs(OPFS_DIRECTORY).await?;
             open_opfs(db_name).await
         };
-        match opfs.await {
+        let e = match attempt.await {
             Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
-            Err(e) if mode == "opfs" => return Err(js_error("STORAGE", &format!("OPFS storage is unavailable: {e}"))),
-            Err(e) => {
-                let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
-                let reason = format!(
-                    "OPFS is unavailable here ({e}); data lives in memory and is lost when the page closes. \
-                     Private browsing and old browsers lack OPFS."
-                );
-                return Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some(reason) }));
-            }
+            Err(e) => e.to_string(),
+        };
+        if opfs_unsupported(&e) && mode == "auto" {
+            let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
+            let reason = format!(
+                "OPFS is unavailable here ({e}); data lives in memory and is lost when the page closes \
+                 (private browsing and older browsers lack OPFS)"
+            );
+            return Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some(reason) }));
         }
+        if opfs_unsupported(&e) || waited >= OPFS_BUSY_WAIT_MS {
+            return Err(js_error("STORAGE", &format!("OPFS storage is unavailable: {e}")));
+        }
+        // Busy: another worker (a closing tab) still holds the pool. Wait for it.
+        sleep(200).await;
+        waited += 200;
     }
-    let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
-    Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some("memory storage was requested".into()) }))
 }
 
 fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
@@ -214,7 +237,8 @@ impl WebEngine {
     }
 
     /// Applies `[{op: "insert"|"update"|"upsert"|"delete", table, row?, id?, patch?}]` atomically.
-    pub fn transaction(&self, ops: JsValue) -> Result<JsValue, JsValue> {
+    /// With a `requestId`, at most once: a repeated id returns the first call's rows.
+    pub fn transaction(&self, ops: JsValue, request_id: Option<String>) -> Result<JsValue, JsValue> {
         let Json::Array(items) = arg_json(&ops, "ops")? else { return Err(bad_arg("ops must be an array".into())) };
         let mut parsed = Vec::with_capacity(items.len());
         for (i, item) in items.into_iter().enumerate() {
@@ -230,7 +254,11 @@ impl WebEngine {
                 other => return Err(bad_arg(format!("ops[{i}].op {other:?}: use insert, update, upsert or delete"))),
             });
         }
-        let rows = self.inner.engine.transaction(&parsed).map_err(err)?;
+        let rows = match request_id {
+            Some(id) => self.inner.engine.transaction_once(&id, &parsed),
+            None => self.inner.engine.transaction(&parsed),
+        }
+        .map_err(err)?;
         self.after_write();
         Ok(rows.iter().map(to_js).collect::<Array>().into())
     }

@@ -246,3 +246,17 @@ fn invalid_relay_urls_and_schemas_are_refused_at_open() {
     };
     assert_eq!(Device::try_open(bad_schema).err().unwrap().code(), "SCHEMA_INVALID");
 }
+
+#[test]
+fn a_write_re_sent_with_the_same_request_id_is_applied_once() {
+    let d = device();
+    let ops = [Op::Insert { table: "todos".into(), row: todo("a", "once") }];
+    let first = d.engine.transaction_once("tab-1:42", &ops).unwrap();
+    let again = d.engine.transaction_once("tab-1:42", &ops).unwrap();
+    assert_eq!(first, again, "the recorded result, not ALREADY_EXISTS");
+    assert_eq!(count_outbox(&d), 1.0);
+    let upd = [Op::Update { table: "todos".into(), id: "a".into(), patch: parse_json(r#"{"done":true}"#).unwrap() }];
+    d.engine.transaction_once("tab-1:43", &upd).unwrap();
+    d.engine.transaction_once("tab-1:43", &upd).unwrap();
+    assert_eq!(count_outbox(&d), 2.0, "one event per distinct request");
+}

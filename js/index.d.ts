@@ -1,0 +1,592 @@
+/**
+ * SimplySync for the browser: an end-to-end-encrypted, local-first sync engine.
+ *
+ * The app's data lives in SQLite on OPFS inside a dedicated worker; every write becomes an
+ * AES-256-GCM-encrypted event that relays store as ciphertext; other devices pull and apply
+ * events with row-level last-writer-wins.
+ *
+ * @packageDocumentation
+ */
+
+/** Any JSON value. */
+export type JsonValue = null | boolean | number | string | JsonValue[] | { [key: string]: JsonValue };
+
+/** A column type. `blob` holds the id of a blob stored with {@link Engine.putBlob}. */
+export type ColumnType = 'text' | 'integer' | 'real' | 'boolean' | 'json' | 'blob';
+
+/** One declared column. */
+export interface ColumnDef {
+  /** A letter or `_`, then letters, digits or `_` (at most 64). `id`, `updatedAt`, `deleted` are reserved. */
+  name: string;
+  type: ColumnType;
+}
+
+/** One declared table. */
+export interface TableDef {
+  name: string;
+  columns: ColumnDef[];
+}
+
+/**
+ * The app's schema. Later versions may add tables and columns; nothing is dropped or retyped.
+ * Bump `schemaVersion` only when the meaning of existing data changes: older devices then
+ * defer (keep, not apply) events they do not understand.
+ */
+export interface Schema {
+  /** Defaults to 1. */
+  schemaVersion?: number;
+  tables: TableDef[];
+}
+
+/** Options of {@link createEngine}. */
+export interface EngineOptions {
+  /** A recovery phrase (12–24 words) or an `sf1_` key. */
+  secret: string;
+  /** Relay base URLs. Each URL is an opaque key: a trailing slash makes a different relay. */
+  relays: string[];
+  schema: Schema;
+  /** The database file in OPFS. Default `simplysync.db`. Tabs with the same name share one engine. */
+  dbName?: string;
+  /** Poll interval in ms. Default 5000. */
+  syncIntervalMs?: number;
+  /** `false` turns off every automatic pass (timer, after writes, at boot, on focus/online); {@link Engine.sync} still works. Default true. */
+  autoSync?: boolean;
+  /** `auto` (default: OPFS, else memory — reported by {@link Engine.storage}), `opfs` (fail without it) or `memory`. */
+  storage?: 'auto' | 'opfs' | 'memory';
+}
+
+/** A row as stored: system columns plus the table's columns. */
+export interface Row {
+  id: string;
+  /** The row's HLC (also its last event id). */
+  updatedAt: string;
+  deleted: boolean;
+  [column: string]: JsonValue;
+}
+
+/** The columns of a row to write: `id` plus any declared columns. */
+export interface RowInput {
+  id: string;
+  [column: string]: JsonValue;
+}
+
+/** One operation of {@link Engine.transaction}. */
+export type Operation =
+  | { op: 'insert'; table: string; row: RowInput }
+  | { op: 'upsert'; table: string; row: RowInput }
+  | { op: 'update'; table: string; id: string; patch: { [column: string]: JsonValue } }
+  | { op: 'delete'; table: string; id: string };
+
+/** Options of {@link Engine.list}. */
+export interface ListOptions {
+  /** Equality filters: `{column: value}`; `null` matches null. */
+  where?: { [column: string]: JsonValue };
+  /** `"column"`, `"column asc"` or `"column desc"`. Default: by id. */
+  orderBy?: string;
+  limit?: number;
+  includeDeleted?: boolean;
+}
+
+/** One changed row. */
+export interface RowChange {
+  table: string;
+  id: string;
+}
+
+/** A committed batch of changes: one per local write batch, one per applied remote page. */
+export interface ChangeEvent {
+  source: 'local' | 'remote';
+  tables: string[];
+  rows: RowChange[];
+}
+
+/** Pull progress of one relay (for a restore's progress bar). */
+export interface Progress {
+  relay: string;
+  pages: number;
+  eventsReceived: number;
+  eventsApplied: number;
+  bytes: number;
+  /** The relay's newest seq, when reported: compare with `cursor` for a percentage. */
+  headSeq: number | null;
+  cursor: string;
+  done: boolean;
+}
+
+/** A relay's state. `reseeding`: it lost its data and this device re-uploads its rows. `closed`: the owner was closed there (410). */
+export type RelayState = 'synced' | 'syncing' | 'pending' | 'offline' | 'reseeding' | 'error' | 'closed';
+
+/** The last failure of a relay. */
+export interface RelayErrorInfo {
+  status: number | null;
+  code: string | null;
+  message: string;
+  /** True for failures that will not fix themselves (400/401/403/413/410). */
+  terminal: boolean;
+}
+
+/** Account figures from the relay's `/v1/status`. */
+export interface AccountInfo {
+  ownerId: string;
+  quotaBytes: number;
+  usedBytes: number;
+  usedPct: number;
+  headSeq: number;
+  streams: number;
+  events: number;
+  createdAt: string;
+}
+
+/** One relay's status. */
+export interface RelayStatus {
+  url: string;
+  state: RelayState;
+  lastSyncAt: number | null;
+  /** Local events the relay has not acknowledged. */
+  pending: number;
+  error: RelayErrorInfo | null;
+  backoffUntil: number | null;
+  /** `null` until known, or when the relay has no data for this owner yet. */
+  account: AccountInfo | null;
+  reseedReason: string | null;
+}
+
+/** What one sync pass did with one relay. */
+export interface RelayPassReport {
+  url: string;
+  skipped: string | null;
+  pushed: number;
+  received: number;
+  applied: number;
+  deferred: number;
+  quarantined: number;
+  reseeded: string | null;
+  error: RelayErrorInfo | null;
+}
+
+/** What one sync pass did. */
+export interface SyncReport {
+  sealed: number;
+  deferredApplied: number;
+  relays: RelayPassReport[];
+}
+
+/** A deferred or quarantined event. */
+export interface HeldEvent {
+  eventId: string;
+  relay: string;
+  /** e.g. `FUTURE_SCHEMA`, `UNKNOWN_TABLE`, `FUTURE_HLC`, `AUTH_FAILED`, `MALFORMED_PAYLOAD`. */
+  reason: string;
+  detail: string;
+  at: number | null;
+}
+
+/** Where the database lives. `memory` is not durable: `reason` says why OPFS was not used. */
+export interface StorageInfo {
+  mode: 'opfs' | 'memory';
+  durable: boolean;
+  reason: string | null;
+}
+
+/** One chunk of a blob as the manifest lists it. */
+export interface BlobChunkRef {
+  hash: string;
+  size: number;
+  plaintextSize: number;
+}
+
+/** A blob's manifest (synced as a row of table `blob`). */
+export interface BlobManifest {
+  version: number;
+  ownerId: string;
+  blobId: string;
+  mimeType: string;
+  byteSize: number;
+  chunkSize: number;
+  chunks: BlobChunkRef[];
+  sha256: string;
+  createdAt: string;
+}
+
+/** The encrypted envelope of an event. */
+export interface SyncEnvelope {
+  version: number;
+  ownerId: string;
+  eventId: string;
+  deviceId: string;
+  createdAt: string;
+  streamId?: string;
+  nonce: string;
+  ciphertext: string;
+}
+
+/** An error with a stable `code` (e.g. `NOT_FOUND`, `INVALID_VALUE`, `SECRET_CHECKSUM`, `STORAGE`). */
+export declare class SimplySyncError extends Error {
+  readonly code: string;
+}
+
+/**
+ * A SimplySync engine.
+ *
+ * @example
+ * ```ts
+ * const engine = await createEngine({ secret, relays: ['https://relay.example'], schema });
+ * await engine.insert('todos', { id: crypto.randomUUID(), title: 'Milk', done: false });
+ * const open = await engine.list('todos', { where: { done: false }, orderBy: 'title' });
+ * ```
+ */
+export declare class Engine {
+  /** The public, pseudonymous owner id. */
+  readonly ownerId: string;
+  /** This device's id. */
+  readonly deviceId: string;
+  /** `leader` if this tab runs the engine, `follower` if another tab does. */
+  readonly role: 'leader' | 'follower' | 'starting';
+
+  /**
+   * Creates a row (or revives a soft-deleted id).
+   * @example
+   * ```ts
+   * await engine.insert('todos', { id: 't1', title: 'Milk' });
+   * ```
+   */
+  insert(table: string, row: RowInput): Promise<Row>;
+  /**
+   * Changes the given columns of a live row; the whole new row syncs.
+   * @example
+   * ```ts
+   * await engine.update('todos', 't1', { done: true });
+   * ```
+   */
+  update(table: string, id: string, patch: { [column: string]: JsonValue }): Promise<Row>;
+  /**
+   * Writes the whole row (absent columns become null), creating it if needed.
+   * @example
+   * ```ts
+   * await engine.upsert('todos', { id: 't1', title: 'Oat milk', done: false });
+   * ```
+   */
+  upsert(table: string, row: RowInput): Promise<Row>;
+  /**
+   * Soft-deletes a live row (values kept until purged).
+   * @example
+   * ```ts
+   * await engine.delete('todos', 't1');
+   * ```
+   */
+  delete(table: string, id: string): Promise<Row>;
+  /**
+   * Applies operations atomically: all or none.
+   * @example
+   * ```ts
+   * await engine.transaction([
+   *   { op: 'insert', table: 'todos', row: { id: 'a', title: 'A' } },
+   *   { op: 'delete', table: 'todos', id: 'b' },
+   * ]);
+   * ```
+   */
+  transaction(ops: Operation[]): Promise<Row[]>;
+  /**
+   * A live row, or `null`.
+   * @example
+   * ```ts
+   * const todo = await engine.get('todos', 't1');
+   * ```
+   */
+  get(table: string, id: string): Promise<Row | null>;
+  /**
+   * Rows of a table.
+   * @example
+   * ```ts
+   * const rows = await engine.list('todos', { where: { done: false }, orderBy: 'title desc', limit: 50 });
+   * ```
+   */
+  list(table: string, options?: ListOptions): Promise<Row[]>;
+  /**
+   * One read-only SQL statement; each row is an object keyed by column name.
+   * @example
+   * ```ts
+   * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');
+   * ```
+   */
+  query(sql: string, params?: JsonValue[]): Promise<{ [column: string]: JsonValue }[]>;
+  /**
+   * Calls `callback` after each committed batch touching `tables` (all tables when null).
+   * Returns a function that unsubscribes.
+   * @example
+   * ```ts
+   * const stop = engine.subscribe(['todos'], (e) => render());
+   * ```
+   */
+  subscribe(tables: string[] | string | null, callback: (event: ChangeEvent) => void): () => void;
+  /**
+   * Runs a full sync pass now (also with `autoSync: false`).
+   * @example
+   * ```ts
+   * const report = await engine.sync();
+   * ```
+   */
+  sync(): Promise<SyncReport>;
+  /**
+   * Every relay's status, refreshed from the relay.
+   * @example
+   * ```ts
+   * for (const s of await engine.getRelayStatuses()) console.log(s.url, s.state, s.account?.usedPct);
+   * ```
+   */
+  getRelayStatuses(): Promise<RelayStatus[]>;
+  /**
+   * Calls `callback` whenever a relay's status changes. Returns an unsubscribe function.
+   * @example
+   * ```ts
+   * engine.onStatus((statuses) => showBadge(statuses[0].state));
+   * ```
+   */
+  onStatus(callback: (statuses: RelayStatus[]) => void): () => void;
+  /**
+   * Calls `callback` with pull progress (e.g. during a restore).
+   * @example
+   * ```ts
+   * engine.onProgress((p) => (bar.value = p.headSeq ? Number(p.cursor) / p.headSeq : 0));
+   * ```
+   */
+  onProgress(callback: (progress: Progress) => void): () => void;
+  /**
+   * Adds a relay; it receives every current row on its first pass.
+   * @example
+   * ```ts
+   * await engine.addRelay('https://backup-relay.example');
+   * ```
+   */
+  addRelay(url: string): Promise<void>;
+  /**
+   * Removes a relay and what this device knew about it.
+   * @example
+   * ```ts
+   * await engine.removeRelay('https://backup-relay.example');
+   * ```
+   */
+  removeRelay(url: string): Promise<void>;
+  /**
+   * Hard-deletes every soft-deleted row, here and (on the next syncs) on every relay.
+   * @example
+   * ```ts
+   * const purged = await engine.purgeDeleted();
+   * ```
+   */
+  purgeDeleted(): Promise<number>;
+  /**
+   * Hard-deletes the given rows, here and on every relay.
+   * @example
+   * ```ts
+   * await engine.purgeRows('todos', ['t1', 't2']);
+   * ```
+   */
+  purgeRows(table: string, ids: string[]): Promise<number>;
+  /**
+   * Stores bytes as an encrypted blob (works offline; uploads on sync). Returns its manifest.
+   * @example
+   * ```ts
+   * const { blobId } = await engine.putBlob(file); // a File or Blob keeps its type
+   * await engine.update('todos', 't1', { image: blobId });
+   * ```
+   */
+  putBlob(data: Uint8Array | ArrayBuffer | Blob, options?: { mimeType?: string; chunkSize?: number }): Promise<BlobManifest>;
+  /**
+   * A blob's bytes (verified, decrypted, cached).
+   * @example
+   * ```ts
+   * const bytes = await engine.getBlob(blobId);
+   * ```
+   */
+  getBlob(blobId: string): Promise<Uint8Array>;
+  /**
+   * One chunk's bytes (only that chunk is fetched).
+   * @example
+   * ```ts
+   * const first = await engine.getBlobChunk(blobId, 0);
+   * ```
+   */
+  getBlobChunk(blobId: string, index: number): Promise<Uint8Array>;
+  /**
+   * A blob's manifest.
+   * @example
+   * ```ts
+   * const { mimeType, byteSize } = await engine.getBlobManifest(blobId);
+   * ```
+   */
+  getBlobManifest(blobId: string): Promise<BlobManifest>;
+  /**
+   * An object URL for a blob (revoke it with `URL.revokeObjectURL` when done).
+   * @example
+   * ```ts
+   * img.src = await engine.getBlobUrl(todo.image as string);
+   * ```
+   */
+  getBlobUrl(blobId: string): Promise<string>;
+  /**
+   * The recovery phrase (or key), to show to its owner.
+   * @example
+   * ```ts
+   * alert(await engine.showRecoveryPhrase());
+   * ```
+   */
+  showRecoveryPhrase(): Promise<string>;
+  /**
+   * Moves all data to a new secret, then closes the old owner on every relay (for a leaked phrase).
+   * @example
+   * ```ts
+   * const fresh = await createMnemonic();
+   * await engine.rekey(fresh); // store `fresh`; the old phrase now gets 410 everywhere
+   * ```
+   */
+  rekey(newSecret: string): Promise<SyncReport>;
+  /**
+   * Re-processes quarantined events; returns how many were released.
+   * @example
+   * ```ts
+   * await engine.retryQuarantined();
+   * ```
+   */
+  retryQuarantined(): Promise<number>;
+  /**
+   * Events that failed authentication or validation, kept for inspection.
+   * @example
+   * ```ts
+   * console.table(await engine.quarantined());
+   * ```
+   */
+  quarantined(): Promise<HeldEvent[]>;
+  /**
+   * Events waiting for a newer schema or for local time to catch up.
+   * @example
+   * ```ts
+   * console.table(await engine.deferred());
+   * ```
+   */
+  deferred(): Promise<HeldEvent[]>;
+  /**
+   * Where the database lives and whether it is durable.
+   * @example
+   * ```ts
+   * const { mode, durable, reason } = await engine.storage();
+   * if (!durable) warn(reason);
+   * ```
+   */
+  storage(): Promise<StorageInfo>;
+  /**
+   * Closes this tab's handle (the leader tab also stops the worker and hands over).
+   * @example
+   * ```ts
+   * await engine.close();
+   * ```
+   */
+  close(): Promise<void>;
+}
+
+/**
+ * Opens the engine — or joins it, when another tab of the app already runs it.
+ * @example
+ * ```ts
+ * const engine = await createEngine({
+ *   secret: localStorage.phrase ??= await createMnemonic(),
+ *   relays: ['http://127.0.0.1:8787'],
+ *   schema: { tables: [{ name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] }] },
+ * });
+ * ```
+ */
+export declare function createEngine(options: EngineOptions): Promise<Engine>;
+
+/**
+ * Mints a new 12-word recovery phrase.
+ * @example
+ * ```ts
+ * const phrase = await createMnemonic();
+ * ```
+ */
+export declare function createMnemonic(): Promise<string>;
+
+/**
+ * Mints a new `sf1_` recovery key (for CLIs, CI and fixtures).
+ * @example
+ * ```ts
+ * const key = await createRecoveryKey();
+ * ```
+ */
+export declare function createRecoveryKey(): Promise<string>;
+
+/** The result of {@link validateSecret}. */
+export type SecretCheck =
+  | { ok: true; kind: 'mnemonic' | 'sf1' }
+  | { ok: false; code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY'; message: string };
+
+/**
+ * Checks a secret without throwing; the message says which word or rule is wrong.
+ * @example
+ * ```ts
+ * const check = await validateSecret(input.value);
+ * if (!check.ok) showError(check.message);
+ * ```
+ */
+export declare function validateSecret(secret: string): Promise<SecretCheck>;
+
+/** An identity handle: key material stays inside the wasm module. */
+export declare class Identity {
+  readonly ownerId: string;
+  streamId(table: string, rowId: string): string;
+  free(): void;
+}
+
+/**
+ * Derives an identity (advanced use).
+ * @example
+ * ```ts
+ * const id = await deriveIdentity(phrase);
+ * console.log(id.ownerId);
+ * ```
+ */
+export declare function deriveIdentity(secret: string): Promise<Identity>;
+
+/**
+ * Seals a payload into an envelope (advanced use).
+ * @example
+ * ```ts
+ * const env = await encryptPayload(id, { eventId: 'e1', deviceId: 'd1' }, { hello: 'world' });
+ * ```
+ */
+export declare function encryptPayload(
+  identity: Identity,
+  meta: { eventId: string; deviceId: string; createdAt?: string; streamId?: string },
+  payload: JsonValue,
+): Promise<SyncEnvelope>;
+
+/**
+ * Opens an envelope; rejects with code `CRYPTO` for a foreign owner or tampering.
+ * @example
+ * ```ts
+ * const payload = await decryptEnvelope(id, env);
+ * ```
+ */
+export declare function decryptEnvelope(identity: Identity, envelope: SyncEnvelope): Promise<JsonValue>;
+
+/**
+ * Seals bytes as a blob (advanced use).
+ * @example
+ * ```ts
+ * const { manifest, chunks } = await encryptBlob(id, bytes, { mimeType: 'image/png' });
+ * ```
+ */
+export declare function encryptBlob(
+  identity: Identity,
+  bytes: Uint8Array | ArrayBuffer,
+  options?: { mimeType?: string; chunkSize?: number },
+): Promise<{ manifest: BlobManifest; chunks: { hash: string; bytes: Uint8Array }[] }>;
+
+/**
+ * Verifies and decrypts a blob from its manifest and stored chunks, in order.
+ * @example
+ * ```ts
+ * const bytes = await decryptBlob(id, manifest, chunks.map((c) => c.bytes));
+ * ```
+ */
+export declare function decryptBlob(identity: Identity, manifest: BlobManifest, chunks: Uint8Array[]): Promise<Uint8Array>;

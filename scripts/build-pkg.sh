@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Builds the npm package into pkg/: the wasm engine (release, size-tuned, wasm-opt from npm
+# binaryen — never Debian's, which corrupts wasm-bindgen output), the JS facade, the worker,
+# the types and the package manifest; then `npm pack`s it. Prints raw and gzip sizes.
+#   bash scripts/build-pkg.sh            (expects scripts/setup.sh to have run)
+set -Eeuo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+WASM_OPT="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}/node_modules/.bin/wasm-opt"
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+
+rm -rf pkg
+wasm-pack build --release --target web --mode no-install --out-dir pkg --out-name simplysync --no-pack . -- --locked >&2
+"$WASM_OPT" -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
+  --enable-sign-ext --enable-mutable-globals --enable-multivalue \
+  pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm
+mv pkg/simplysync_bg.opt.wasm pkg/simplysync_bg.wasm
+rm -f pkg/.gitignore pkg/package.json pkg/README.md
+cp js/index.js js/index.d.ts js/worker.js pkg-template/README.md pkg/
+sed "s/\"version\": \"0.0.0\"/\"version\": \"$VERSION\"/" pkg-template/package.json > pkg/package.json
+
+size() { printf '%-24s %9d bytes  %9d gzip\n' "$1" "$(wc -c < "pkg/$1")" "$(gzip -9 -c "pkg/$1" | wc -c)"; }
+for f in simplysync_bg.wasm simplysync.js index.js worker.js; do size "$f" >&2; done
+total_gz=$(cat pkg/simplysync_bg.wasm pkg/simplysync.js pkg/index.js pkg/worker.js | gzip -9 -c | wc -c)
+echo "package (wasm + js), gzip -9 as one stream: $total_gz bytes" >&2
+(cd pkg && npm pack --silent >&2)
+echo "$ROOT/pkg/simplysync-$VERSION.tgz"

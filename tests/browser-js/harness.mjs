@@ -1,0 +1,74 @@
+// Shared by the browser tests: build the Vite app against the packed tarball, serve it, and
+// launch Debian's Chromium through playwright-core.
+import { execFileSync } from 'node:child_process';
+import { createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import http from 'node:http';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { chromium } from 'playwright-core';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+export const RELAY = process.env.SIMPLYSYNC_TEST_RELAY ?? 'http://127.0.0.1:18787';
+
+/** Installs the packed tarball into the probe app and builds it with Vite (once per run). */
+export function buildApp() {
+  const pkgDir = path.join(root, 'pkg');
+  const tgz = readdirSync(pkgDir).find((f) => f.endsWith('.tgz'));
+  if (!tgz) throw new Error('pkg/*.tgz missing: run scripts/build-pkg.sh first');
+  const app = path.join(here, 'app');
+  execFileSync('npm', ['install', '--no-save', '--no-audit', '--no-fund', '--silent', path.join(pkgDir, tgz)], { cwd: app, stdio: 'inherit' });
+  execFileSync(path.join(here, 'node_modules/.bin/vite'), ['build'], { cwd: app, stdio: 'inherit' });
+  return path.join(app, 'dist');
+}
+
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+
+/** Serves a directory on a free loopback port. */
+export async function serve(dir) {
+  const server = http.createServer((req, res) => {
+    const url = new URL(req.url, 'http://x');
+    let file = path.join(dir, decodeURIComponent(url.pathname));
+    if (!file.startsWith(dir)) return res.writeHead(403).end();
+    if (existsSync(file) && statSync(file).isDirectory()) file = path.join(file, 'index.html');
+    if (!existsSync(file)) return res.writeHead(404).end();
+    res.writeHead(200, { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'Cache-Control': 'no-store' });
+    createReadStream(file).pipe(res);
+  });
+  await new Promise((r) => server.listen(0, '127.0.0.1', r));
+  return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
+}
+
+export async function launch() {
+  return chromium.launch({
+    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+    headless: true,
+    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+}
+
+/** Opens the probe app in `context` and waits until the package loaded. */
+export async function openApp(context, url) {
+  const page = await context.newPage();
+  page.on('pageerror', (e) => console.error('page error:', e.message));
+  await page.goto(url);
+  await page.waitForFunction(() => window.simplysync);
+  return page;
+}
+
+export const SCHEMA = {
+  schemaVersion: 1,
+  tables: [{ name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] }],
+};
+
+/** Polls `fn` until it returns truthy (or fails after `ms`). */
+export async function eventually(fn, ms = 10000, what = 'condition') {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = await fn();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}

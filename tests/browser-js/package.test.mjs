@@ -1,0 +1,164 @@
+// The packed npm package in real Chromium: built into a Vite app, loaded over HTTP, syncing
+// through the real relay that scripts/test.sh starts.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { buildApp, eventually, launch, openApp, RELAY, SCHEMA, serve } from './harness.mjs';
+
+let server;
+let browser;
+
+before(async () => {
+  server = await serve(buildApp());
+  browser = await launch();
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+const open = (page, opts) =>
+  page.evaluate(async (o) => {
+    window.engine = await window.simplysync.createEngine(o);
+    return { ownerId: window.engine.ownerId, role: window.engine.role, storage: await window.engine.storage() };
+  }, opts);
+
+const titles = (page) =>
+  page.evaluate(async () => (await window.engine.list('todos', { orderBy: 'id' })).map((r) => r.title));
+
+test('the packed package runs in a Vite app: an engine on OPFS writes, reads and syncs', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
+  const info = await open(page, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false });
+  assert.equal(info.storage.mode, 'opfs');
+  assert.equal(info.storage.durable, true);
+  assert.equal(info.role, 'leader');
+  const result = await page.evaluate(async () => {
+    const e = window.engine;
+    await e.insert('todos', { id: 'a', title: 'milk', done: false });
+    let error;
+    try {
+      await e.insert('todos', { id: 'b', done: 'yes' });
+    } catch (err) {
+      error = { name: err.name, code: err.code, isError: err instanceof window.simplysync.SimplySyncError };
+    }
+    const report = await e.sync();
+    return { rows: await e.list('todos'), error, pushed: report.relays[0].pushed, statuses: await e.getRelayStatuses() };
+  });
+  assert.equal(result.rows.length, 1);
+  assert.deepEqual(result.error, { name: 'SimplySyncError', code: 'INVALID_VALUE', isError: true });
+  assert.equal(result.pushed, 1);
+  assert.equal(result.statuses[0].state, 'synced');
+  const check = await page.evaluate(() => window.simplysync.validateSecret('abandon abandon'));
+  assert.deepEqual({ ok: check.ok, code: check.code }, { ok: false, code: 'SECRET_WORD_COUNT' });
+  await context.close();
+});
+
+test('focus and online events each trigger a sync', async () => {
+  const phrase = await (async () => {
+    const c = await browser.newContext();
+    const p = await openApp(c, server.url);
+    const s = await p.evaluate(() => window.simplysync.createMnemonic());
+    await c.close();
+    return s;
+  })();
+  const writerContext = await browser.newContext();
+  const writer = await openApp(writerContext, server.url);
+  await open(writer, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false });
+  const readerContext = await browser.newContext();
+  const reader = await openApp(readerContext, server.url);
+  // The poll interval is far away: only the events can make the reader sync.
+  await open(reader, { secret: phrase, relays: [RELAY], schema: SCHEMA, syncIntervalMs: 3600000 });
+  await eventually(() => reader.evaluate(async () => (await window.engine.getRelayStatuses())[0].state === 'synced'), 10000, 'boot sync');
+
+  await writer.evaluate(async () => {
+    await window.engine.insert('todos', { id: 'f', title: 'after focus' });
+    await window.engine.sync();
+  });
+  await new Promise((r) => setTimeout(r, 300));
+  assert.deepEqual(await titles(reader), [], 'nothing arrives without a trigger');
+  await reader.evaluate(() => window.dispatchEvent(new Event('focus')));
+  await eventually(async () => (await titles(reader)).includes('after focus'), 10000, 'the focus sync');
+
+  await writer.evaluate(async () => {
+    await window.engine.insert('todos', { id: 'o', title: 'after online' });
+    await window.engine.sync();
+  });
+  await readerContext.setOffline(true);
+  await readerContext.setOffline(false); // fires 'online' in the page
+  await eventually(async () => (await titles(reader)).includes('after online'), 10000, 'the online sync');
+  await writerContext.close();
+  await readerContext.close();
+});
+
+test('two tabs of one origin share the engine with no lost or duplicated writes, and a follower takes over', async () => {
+  const context = await browser.newContext();
+  const tab1 = await openApp(context, server.url);
+  const phrase = await tab1.evaluate(() => window.simplysync.createMnemonic());
+  const opts = { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'tabs.db' };
+  assert.equal((await open(tab1, opts)).role, 'leader');
+  const tab2 = await openApp(context, server.url);
+  const second = await open(tab2, opts);
+  assert.equal(second.role, 'follower');
+  assert.equal(second.storage.mode, 'opfs');
+
+  const heard = tab1.evaluate(
+    () => new Promise((resolve) => window.engine.subscribe(['todos'], (e) => e.rows.some((r) => r.id === 't2-0') && resolve(true))),
+  );
+  const writes = (page, prefix, n) =>
+    page.evaluate(
+      async ({ prefix, n }) => {
+        const done = [];
+        for (let i = 0; i < n; i++) done.push(window.engine.insert('todos', { id: `${prefix}-${i}`, title: `${prefix} ${i}` }));
+        return (await Promise.all(done)).length;
+      },
+      { prefix, n },
+    );
+  const [a, b] = await Promise.all([writes(tab1, 't1', 25), writes(tab2, 't2', 25)]);
+  assert.equal(a + b, 50);
+  assert.equal(await heard, true, 'the leader tab hears the follower tab\'s writes');
+  assert.equal((await titles(tab2)).length, 50);
+
+  // Writes in flight while the leader tab closes are re-sent to the next leader, once each.
+  const inFlight = tab2.evaluate(async () => {
+    const done = [];
+    for (let i = 0; i < 40; i++) {
+      done.push(window.engine.insert('todos', { id: `late-${i}`, title: `late ${i}` }));
+      await new Promise((r) => setTimeout(r, 5));
+    }
+    return (await Promise.allSettled(done)).map((r) => r.status);
+  });
+  await new Promise((r) => setTimeout(r, 60));
+  await tab1.close();
+  const statuses = await inFlight;
+  assert.deepEqual(statuses, Array(40).fill('fulfilled'));
+  assert.equal(await tab2.evaluate(() => window.engine.role), 'leader');
+  const counts = await tab2.evaluate(async () => {
+    const [rows] = await window.engine.query("SELECT count(*) AS n FROM todos");
+    const [events] = await window.engine.query("SELECT count(*) AS n FROM _sync_outbox");
+    return { rows: rows.n, events: events.n };
+  });
+  assert.deepEqual(counts, { rows: 90, events: 90 }, 'every write once: one row and one event each');
+  await context.close();
+});
+
+test('a context without OPFS falls back to memory and says so', async () => {
+  const context = await browser.newContext();
+  // This browser "has no OPFS": the worker script loses navigator.storage.getDirectory.
+  await context.route(/\/assets\/worker-[^/]*\.js$/, async (route) => {
+    const response = await route.fetch();
+    const body = 'Object.defineProperty(StorageManager.prototype, "getDirectory", { value: undefined });\n' + (await response.text());
+    await route.fulfill({ response, body });
+  });
+  const page = await openApp(context, server.url);
+  const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
+  const info = await open(page, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'no-opfs.db' });
+  assert.equal(info.storage.mode, 'memory');
+  assert.equal(info.storage.durable, false);
+  assert.match(info.storage.reason, /OPFS is unavailable/);
+  await page.evaluate(() => window.engine.insert('todos', { id: 'm', title: 'still works' }));
+  assert.deepEqual(await titles(page), ['still works']);
+  await context.close();
+});
