@@ -7,7 +7,7 @@ mod harness;
 mod cli_sync;
 mod convergence;
 mod failures;
-mod local_api;
+
 mod property;
 mod purge_rekey_blobs;
 mod recovery;

@@ -1,21 +1,18 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::harness::{todo, Device};
+use crate::device::{device, open_named, schema, todo, unique_name, Device, KEY, OTHER_KEY};
+use crate::test;
 use simplysync::engine::{EngineError, ListOptions, Op};
 use simplysync::protocol::{parse_json, Json};
-
-fn device() -> Device {
-    Device::new("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8", &[])
-}
 
 fn count_outbox(d: &Device) -> f64 {
     d.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
 }
 
 #[test]
-fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
-    let d = device();
+async fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
+    let d = device().await;
     let row = d.engine.insert("todos", todo("a", "milk")).unwrap();
     assert_eq!(row.get("title").unwrap().as_str(), Some("milk"));
     assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
@@ -28,8 +25,8 @@ fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
 }
 
 #[test]
-fn every_mutation_gets_a_strictly_increasing_hlc() {
-    let d = device();
+async fn every_mutation_gets_a_strictly_increasing_hlc() {
+    let d = device().await;
     let a = d.engine.insert("todos", todo("a", "1")).unwrap();
     let b = d.engine.update("todos", "a", parse_json(r#"{"title":"2"}"#).unwrap()).unwrap();
     let c = d.engine.delete("todos", "a").unwrap();
@@ -38,8 +35,8 @@ fn every_mutation_gets_a_strictly_increasing_hlc() {
 }
 
 #[test]
-fn update_patches_columns_and_the_event_carries_the_whole_row() {
-    let d = device();
+async fn update_patches_columns_and_the_event_carries_the_whole_row() {
+    let d = device().await;
     d.engine.insert("todos", parse_json(r#"{"id":"a","title":"milk","position":3}"#).unwrap()).unwrap();
     let row = d.engine.update("todos", "a", parse_json(r#"{"done":true}"#).unwrap()).unwrap();
     assert_eq!(row.get("title").unwrap().as_str(), Some("milk"));
@@ -51,8 +48,8 @@ fn update_patches_columns_and_the_event_carries_the_whole_row() {
 }
 
 #[test]
-fn upsert_writes_the_whole_row_and_missing_columns_become_null() {
-    let d = device();
+async fn upsert_writes_the_whole_row_and_missing_columns_become_null() {
+    let d = device().await;
     d.engine.insert("todos", parse_json(r#"{"id":"a","title":"milk","position":3}"#).unwrap()).unwrap();
     let row = d.engine.upsert("todos", parse_json(r#"{"id":"a","title":"eggs"}"#).unwrap()).unwrap();
     assert_eq!(row.get("position"), Some(&Json::Null));
@@ -61,8 +58,8 @@ fn upsert_writes_the_whole_row_and_missing_columns_become_null() {
 }
 
 #[test]
-fn delete_is_soft_and_hides_the_row_from_get_and_list() {
-    let d = device();
+async fn delete_is_soft_and_hides_the_row_from_get_and_list() {
+    let d = device().await;
     d.engine.insert("todos", todo("a", "milk")).unwrap();
     d.engine.delete("todos", "a").unwrap();
     assert!(d.engine.get("todos", "a").unwrap().is_none());
@@ -75,8 +72,8 @@ fn delete_is_soft_and_hides_the_row_from_get_and_list() {
 }
 
 #[test]
-fn invalid_input_is_a_typed_error_and_writes_nothing() {
-    let d = device();
+async fn invalid_input_is_a_typed_error_and_writes_nothing() {
+    let d = device().await;
     d.engine.insert("todos", todo("a", "milk")).unwrap();
     let before = count_outbox(&d);
     let cases: Vec<(Op, &str)> = vec![
@@ -107,8 +104,8 @@ fn invalid_input_is_a_typed_error_and_writes_nothing() {
 }
 
 #[test]
-fn a_transaction_commits_every_op_or_none() {
-    let d = device();
+async fn a_transaction_commits_every_op_or_none() {
+    let d = device().await;
     let ops = vec![
         Op::Insert { table: "todos".into(), row: todo("a", "1") },
         Op::Insert { table: "todos".into(), row: todo("b", "2") },
@@ -126,8 +123,8 @@ fn a_transaction_commits_every_op_or_none() {
 }
 
 #[test]
-fn list_filters_orders_and_limits() {
-    let d = device();
+async fn list_filters_orders_and_limits() {
+    let d = device().await;
     for (id, title, pos, done) in [("a", "x", 3, false), ("b", "y", 1, true), ("c", "z", 2, false)] {
         d.engine
             .insert(
@@ -155,8 +152,8 @@ fn list_filters_orders_and_limits() {
 }
 
 #[test]
-fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
-    let d = device();
+async fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
+    let d = device().await;
     d.engine.insert("todos", todo("a", "milk")).unwrap();
     let rows = d.engine.query("SELECT id, title FROM todos WHERE title = ?", &[Json::from("milk")]).unwrap();
     assert_eq!(rows, vec![parse_json(r#"{"id":"a","title":"milk"}"#).unwrap()]);
@@ -174,8 +171,8 @@ fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
 }
 
 #[test]
-fn json_and_boolean_columns_round_trip_with_their_types() {
-    let d = device();
+async fn json_and_boolean_columns_round_trip_with_their_types() {
+    let d = device().await;
     let meta = parse_json(r#"{"tags":["a","\ud800"],"n":1.5,"nested":{"z":null}}"#).unwrap();
     let row = Json::object([("id", Json::from("j")), ("done", Json::Bool(true)), ("meta", meta.clone())]);
     d.engine.insert("todos", row).unwrap();
@@ -185,8 +182,8 @@ fn json_and_boolean_columns_round_trip_with_their_types() {
 }
 
 #[test]
-fn subscribers_hear_once_per_committed_batch_with_the_rows_changed() {
-    let d = device();
+async fn subscribers_hear_once_per_committed_batch_with_the_rows_changed() {
+    let d = device().await;
     let heard: Rc<RefCell<Vec<Vec<String>>>> = Rc::default();
     let h = heard.clone();
     let id = d.engine.subscribe(Some(vec!["todos".into()]), move |e| {
@@ -207,49 +204,30 @@ fn subscribers_hear_once_per_committed_batch_with_the_rows_changed() {
 }
 
 #[test]
-fn a_database_refuses_a_secret_of_another_owner() {
-    let path = crate::harness::temp_dir("owner").join("db.sqlite");
-    let spec = |secret| crate::harness::DeviceSpec {
-        secret,
-        relays: vec![],
-        schema: crate::harness::todo_schema(1, &[]),
-        db_path: Some(path.clone()),
-        clock_ms: crate::harness::T0,
-    };
-    let a = Device::open(spec("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"));
+async fn a_database_refuses_a_secret_of_another_owner_and_persists_across_reopen() {
+    let name = unique_name("owner");
+    let a = open_named(KEY, &name, schema(), vec![]).await.unwrap();
     a.engine.insert("todos", todo("a", "mine")).unwrap();
     drop(a);
-    let err = Device::try_open(spec("sf1_AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE")).err().unwrap();
+    let err = open_named(OTHER_KEY, &name, schema(), vec![]).await.err().unwrap();
     assert_eq!(err.code(), "OWNER_MISMATCH");
-    let again = Device::open(spec("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8"));
+    let again = open_named(KEY, &name, schema(), vec![]).await.unwrap();
     assert!(again.engine.get("todos", "a").unwrap().is_some(), "data persists across reopen");
 }
 
 #[test]
-fn invalid_relay_urls_and_schemas_are_refused_at_open() {
-    let bad_relay = crate::harness::DeviceSpec {
-        secret: "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
-        relays: vec!["ftp://x".into()],
-        schema: crate::harness::todo_schema(1, &[]),
-        db_path: None,
-        clock_ms: 0,
-    };
-    assert_eq!(Device::try_open(bad_relay).err().unwrap().code(), "INVALID_RELAY");
-    let mut schema = crate::harness::todo_schema(1, &[]);
-    schema.tables[0].columns[0].name = "id".into();
-    let bad_schema = crate::harness::DeviceSpec {
-        secret: "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
-        relays: vec![],
-        schema,
-        db_path: None,
-        clock_ms: 0,
-    };
-    assert_eq!(Device::try_open(bad_schema).err().unwrap().code(), "SCHEMA_INVALID");
+async fn invalid_relay_urls_and_schemas_are_refused_at_open() {
+    let err = open_named(KEY, &unique_name("relay"), schema(), vec!["ftp://x".into()]).await.err().unwrap();
+    assert_eq!(err.code(), "INVALID_RELAY");
+    let mut bad = schema();
+    bad.tables[0].columns[0].name = "id".into();
+    let err = open_named(KEY, &unique_name("schema"), bad, vec![]).await.err().unwrap();
+    assert_eq!(err.code(), "SCHEMA_INVALID");
 }
 
 #[test]
-fn a_write_re_sent_with_the_same_request_id_is_applied_once() {
-    let d = device();
+async fn a_write_re_sent_with_the_same_request_id_is_applied_once() {
+    let d = device().await;
     let ops = [Op::Insert { table: "todos".into(), row: todo("a", "once") }];
     let first = d.engine.transaction_once("tab-1:42", &ops).unwrap();
     let again = d.engine.transaction_once("tab-1:42", &ops).unwrap();
