@@ -1,20 +1,32 @@
 #!/usr/bin/env bash
-# The project's main command: sets up the machine (idempotent), builds, and runs the demo.
-#   bash scripts/run.sh
-# Until the relay and the example page exist, the demo mints a recovery phrase and shows the
-# identity it derives, with the native CLI built from the same core the browser runs.
+# The project's main command: sets up the machine (idempotent), builds the npm package and the
+# relay, starts the relay on its embedded SQLite (data in ./data/), and serves the example todo
+# page. Prints the URL to open; Ctrl-C stops both.
+#   bash scripts/run.sh        (RELAY_PORT=8787 EXAMPLE_PORT=8080 HOST=127.0.0.1 to change)
 set -Eeuo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
+HOST="${HOST:-127.0.0.1}"
+RELAY_PORT="${RELAY_PORT:-8787}"
+EXAMPLE_PORT="${EXAMPLE_PORT:-8080}"
 
 bash scripts/setup.sh
-cargo build --release --locked --bin simplysync
-CLI="${CARGO_TARGET_DIR:-$ROOT/target}/release/simplysync"
+echo "==> building the relay and the npm package"
+cargo build --release --locked -p simplysync-relay
+bash scripts/build-pkg.sh >/dev/null
+TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 
-phrase="$("$CLI" new-phrase)"
-echo "A new recovery phrase (12 words, 128 bits):"
-echo "  $phrase"
+mkdir -p data
+HOST="$HOST" PORT="$RELAY_PORT" DB_PATH="$ROOT/data/relay.sqlite" "$TARGET/release/simplysync-relay" &
+relay_pid=$!
+node example-web/serve.mjs --host "$HOST" --port "$EXAMPLE_PORT" --relay "http://$HOST:$RELAY_PORT" &
+web_pid=$!
+trap 'kill "$relay_pid" "$web_pid" 2>/dev/null || true; wait 2>/dev/null || true' EXIT INT TERM
+sleep 1
 echo
-echo "The identity it derives (ownerId is public; relayAuth is the relay bearer token):"
-SIMPLYSYNC_SECRET="$phrase" "$CLI" identity
+echo "SimplySync is running:"
+echo "  relay    http://$HOST:$RELAY_PORT   (data in $ROOT/data/relay.sqlite)"
+echo "  example  http://$HOST:$EXAMPLE_PORT/   <- open this (a second browser profile = a second device)"
+echo "Press Ctrl-C to stop."
+wait -n "$relay_pid" "$web_pid"

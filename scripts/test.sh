@@ -47,5 +47,8 @@ stage "npm package: build and pack, then a Vite app against the tarball in Chrom
 bash scripts/build-pkg.sh >/dev/null
 (cd tests/browser-js && node --test --test-concurrency=1 package.test.mjs)
 
+stage "example-web end to end (devices, offline, restore, tabs; screenshots in test-results/example/)"
+(cd tests/browser-js && node --test --test-concurrency=1 example.test.mjs)
+
 echo
 echo "all checks passed in $((SECONDS - t0)) s"
