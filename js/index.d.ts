@@ -151,6 +151,18 @@ export interface RelayStatus {
   reseedReason: string | null;
 }
 
+/** Where a pull's time went, in ms. */
+export interface PullTimings {
+  /** Waiting for the relay (request and transfer). */
+  httpMs: number;
+  /** Parsing pages' JSON. */
+  parseMs: number;
+  /** Decrypting, authenticating and validating events. */
+  decryptMs: number;
+  /** Writing rows, seen markers and cursors to SQLite. */
+  applyMs: number;
+}
+
 /** What one sync pass did with one relay. */
 export interface RelayPassReport {
   url: string;
@@ -162,6 +174,7 @@ export interface RelayPassReport {
   quarantined: number;
   reseeded: string | null;
   error: RelayErrorInfo | null;
+  timings: PullTimings;
 }
 
 /** What one sync pass did. */

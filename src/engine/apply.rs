@@ -143,7 +143,10 @@ impl Engine {
             detail,
             at,
         };
-        match self.classify(identity, env, now) {
+        let t0 = self.wall.precise_ms();
+        let verdict = self.classify(identity, env, now);
+        self.decrypt_ms.set(self.decrypt_ms.get() + (self.wall.precise_ms() - t0));
+        match verdict {
             Err(Verdict::Defer(reason, detail, retry)) => {
                 inbox::defer(tx, &hold(reason, detail, retry), now)?;
                 Ok(Outcome::Deferred)
@@ -157,7 +160,7 @@ impl Engine {
                 // sorts later local writes after this event.
                 let _ = self.observe_hlc(&payload.hlc);
                 let table = self.schema.table(&payload.table).expect("classified");
-                let written = rows::write_row(tx, table, &row, true)?;
+                let written = rows::write_row(tx, table, &row, rows::WriteMode::IfNewer)?;
                 inbox::mark_seen(tx, &env.event_id)?;
                 Ok(if written {
                     Outcome::Applied(RowChange { table: payload.table, id: payload.row_id })

@@ -64,11 +64,8 @@ impl Engine {
         for c in &table.columns {
             values.push(to_sql(BLOB_TABLE, &c.name, c.column_type, fields.get(&c.name).unwrap_or(&Json::Null))?);
         }
-        self.write_local(
-            tx,
-            table,
-            RowData { id: m.blob_id.clone(), updated_at: String::new(), deleted: false, values },
-        )?;
+        let row = RowData { id: m.blob_id.clone(), updated_at: String::new(), deleted: false, values };
+        self.write_local(tx, table, row, crate::store::rows::WriteMode::Replace)?;
         Ok(())
     }
 

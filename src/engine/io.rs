@@ -74,6 +74,12 @@ pub trait Transport {
 pub trait Clock {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
+
+    /// A monotonic high-resolution reading in ms, only for measuring durations
+    /// (`performance.now()` in browsers). Defaults to the wall clock.
+    fn precise_ms(&self) -> f64 {
+        self.now_ms() as f64
+    }
 }
 
 /// A clock tests set by hand.

@@ -37,7 +37,7 @@ pub use events::{ChangeEvent, ChangeSource, Progress, RowChange};
 pub use mutate::Op;
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus};
-pub use sync::{RelayPassReport, SyncReport, SyncTrigger};
+pub use sync::{PullTimings, RelayPassReport, SyncReport, SyncTrigger};
 
 use crate::protocol::entropy::{random_bytes, Entropy};
 use crate::protocol::hlc::validate_device_id;
@@ -102,6 +102,8 @@ pub struct Engine {
     listeners: Listeners,
     sync_lock: futures_util::lock::Mutex<()>,
     schema_retry_pending: Cell<bool>,
+    /// Time spent classifying (decrypting) events of the page being applied, for timings.
+    decrypt_ms: Cell<f64>,
     /// Test-only fault injection.
     pub faults: RefCell<Faults>,
 }
@@ -171,7 +173,8 @@ impl Engine {
             .map_err(|e| EngineError::Store(crate::store::StoreError::Opfs(e.to_string())))?;
         let last_clock = system::meta_get(&conn, "hlc")?.and_then(|s| Hlc::parse(&s).ok());
         let last_row = rows::max_updated_at(&conn, schema.tables())?.and_then(|s| Hlc::parse(&s).ok());
-        let last = last_clock.max(last_row);
+        let last_queued = crate::store::outbox::max_event_id(&conn)?.and_then(|s| Hlc::parse(&s).ok());
+        let last = last_clock.max(last_row).max(last_queued);
         let clock = HlcClock::resume(&device_id, last.as_ref()).expect("device id validated");
         let mut relays = Vec::new();
         for url in &config.relays {
@@ -192,6 +195,7 @@ impl Engine {
             listeners: Listeners::default(),
             sync_lock: futures_util::lock::Mutex::new(()),
             schema_retry_pending: Cell::new(true),
+            decrypt_ms: Cell::new(0.0),
             faults: RefCell::new(Faults::default()),
         })
     }

@@ -19,7 +19,7 @@ use super::{Engine, EngineError};
 use crate::protocol::canonical::to_canonical_json;
 use crate::protocol::json::JsonString;
 use crate::protocol::{Hlc, Json};
-use crate::store::rows::{self, RowData};
+use crate::store::rows::{self, RowData, WriteMode};
 use crate::store::{outbox, system};
 
 /// Longest accepted row id, in bytes.
@@ -151,28 +151,35 @@ impl Engine {
         self.table(name)
     }
 
-    /// Writes one row version and its outbox intent inside `tx`, with a fresh HLC.
-    pub(crate) fn write_local(&self, tx: &Connection, table: &Table, mut row: RowData) -> Result<RowData, EngineError> {
-        let hlc = self.clock.borrow_mut().now(self.now());
-        row.updated_at = hlc.to_string();
-        rows::write_row(tx, table, &row, false)?;
-        let payload = payload_json(self.schema.version, table, &row);
-        outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, &payload, self.now())?;
-        Ok(row)
+    /// Writes one row version and its outbox intent inside `tx`, with a fresh HLC. Returns
+    /// `None` (nothing written) when `mode` declines (a live row under `InsertOrRevive`).
+    pub(crate) fn write_local(
+        &self,
+        tx: &Connection,
+        table: &Table,
+        mut row: RowData,
+        mode: WriteMode,
+    ) -> Result<Option<RowData>, EngineError> {
+        let now = self.now();
+        row.updated_at = self.clock.borrow_mut().now(now).to_string();
+        if !rows::write_row(tx, table, &row, mode)? {
+            return Ok(None);
+        }
+        // The intent names the row version; sealing reads the row (no second copy is written).
+        outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, now)?;
+        Ok(Some(row))
     }
 
     fn stage(&self, tx: &Connection, op: &Op) -> Result<(RowChange, Json), EngineError> {
-        let (table, row) = match op {
+        let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
                 let id = row_id(table, row)?;
-                let existing = rows::read_row(tx, t, &id)?;
-                if matches!(op, Op::Insert { .. }) && existing.as_ref().is_some_and(|r| !r.deleted) {
-                    return Err(EngineError::AlreadyExists { table: table.clone(), id });
-                }
                 let mut values = vec![Value::Null; t.columns.len()];
                 apply_columns(t, row, &mut values)?;
-                (t, RowData { id, updated_at: String::new(), deleted: false, values })
+                // One statement: an insert revives a soft-deleted id and leaves a live one alone.
+                let mode = if matches!(op, Op::Insert { .. }) { WriteMode::InsertOrRevive } else { WriteMode::Replace };
+                (t, RowData { id, updated_at: String::new(), deleted: false, values }, mode)
             }
             Op::Update { table, id, patch } => {
                 let t = self.app_table(table)?;
@@ -181,7 +188,7 @@ impl Engine {
                     .filter(|r| !r.deleted)
                     .ok_or_else(|| EngineError::NotFound { table: table.clone(), id: id.clone() })?;
                 apply_columns(t, patch, &mut current.values)?;
-                (t, current)
+                (t, current, WriteMode::Replace)
             }
             Op::Delete { table, id } => {
                 let t = self.app_table(table)?;
@@ -190,10 +197,13 @@ impl Engine {
                     .filter(|r| !r.deleted)
                     .ok_or_else(|| EngineError::NotFound { table: table.clone(), id: id.clone() })?;
                 current.deleted = true;
-                (t, current)
+                (t, current, WriteMode::Replace)
             }
         };
-        let written = self.write_local(tx, table, row)?;
+        let id = row.id.clone();
+        let written = self
+            .write_local(tx, table, row, mode)?
+            .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
     }
 
@@ -239,7 +249,6 @@ impl Engine {
                 changes.push(c);
                 rows.push(r);
             }
-            self.persist_clock(tx)?;
             let result = to_canonical_json(&Json::Array(rows.clone()));
             tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
                 .execute(rusqlite::params![request_id, result, now as i64])?;
@@ -282,9 +291,8 @@ impl Engine {
         let mut n = 0;
         for table in self.schema.tables() {
             for row in rows::all_rows(tx, table)? {
-                let payload = payload_json(self.schema.version, table, &row);
                 // An event already queued stays pending for every relay.
-                if outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, &payload, self.now())? {
+                if outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, self.now())? {
                     for relay in skip {
                         outbox::ack_without_push(tx, relay, &row.updated_at)?;
                     }

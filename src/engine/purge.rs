@@ -39,6 +39,8 @@ impl Engine {
         let relays = self.relay_urls();
         let now = self.now();
         let purged = self.write(|tx| {
+            // The purged rows may hold the newest HLCs: remember the clock before they go.
+            self.persist_clock(tx)?;
             let mut purged = Vec::new();
             for (table, id) in &targets {
                 let t = self.table(table)?;

@@ -61,13 +61,20 @@ fn parse<T: DeserializeOwned>(resp: &HttpResponse) -> Result<T, RelayFailure> {
     })
 }
 
-/// A page of a pull, with its size in bytes.
+/// A page of a pull, still as bytes (parsing is timed separately).
 #[derive(Debug)]
 pub enum PullAnswer {
     /// The relay does not know the owner (404).
     UnknownOwner,
-    /// A page.
-    Page(PullResponse, usize),
+    /// A 200 answer's body.
+    Page(HttpResponse),
+}
+
+impl PullAnswer {
+    /// Parses a page's body.
+    pub fn parse(resp: &HttpResponse) -> Result<PullResponse, RelayFailure> {
+        parse(resp)
+    }
 }
 
 /// One relay, as one owner.
@@ -131,7 +138,7 @@ impl<'a> RelayApi<'a> {
         let path = format!("/v1/events?ownerId={}&after={after}&limit={limit}", self.owner_id);
         let resp = self.call(Method::Get, &path, None).await?;
         match resp.status {
-            200 => Ok(PullAnswer::Page(parse(&resp)?, resp.body.len())),
+            200 => Ok(PullAnswer::Page(resp)),
             404 => Ok(PullAnswer::UnknownOwner),
             _ => Err(failure(&resp)),
         }

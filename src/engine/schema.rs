@@ -126,6 +126,45 @@ pub enum SchemaError {
     },
 }
 
+/// The statements of one table, built once (formatting SQL per write was measurable).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TableSql {
+    /// `id, updatedAt, deleted, "col"…`
+    pub select_list: String,
+    /// Insert or replace the whole row.
+    pub upsert: String,
+    /// Insert, or replace only when the new `updatedAt` is greater (last-writer-wins).
+    pub upsert_if_newer: String,
+    /// Insert, or replace only a soft-deleted row (revive); no change if a live row exists.
+    pub insert_or_revive: String,
+    /// One row by id.
+    pub select_by_id: String,
+}
+
+impl TableSql {
+    fn new(name: &str, columns: &[ColumnDef]) -> TableSql {
+        let mut select_list = String::from("id, updatedAt, deleted");
+        let mut updates = String::from("updatedAt = excluded.updatedAt, deleted = excluded.deleted");
+        for c in columns {
+            let q = quote(&c.name);
+            select_list.push_str(", ");
+            select_list.push_str(&q);
+            updates.push_str(&format!(", {q} = excluded.{q}"));
+        }
+        let marks: Vec<String> = (1..=3 + columns.len()).map(|i| format!("?{i}")).collect();
+        let insert = format!("INSERT INTO {} ({select_list}) VALUES ({})", quote(name), marks.join(", "));
+        TableSql {
+            upsert: format!("{insert} ON CONFLICT (id) DO UPDATE SET {updates}"),
+            upsert_if_newer: format!(
+                "{insert} ON CONFLICT (id) DO UPDATE SET {updates} WHERE excluded.updatedAt > updatedAt"
+            ),
+            insert_or_revive: format!("{insert} ON CONFLICT (id) DO UPDATE SET {updates} WHERE deleted = 1"),
+            select_by_id: format!("SELECT {select_list} FROM {} WHERE id = ?1", quote(name)),
+            select_list,
+        }
+    }
+}
+
 /// A validated table with lookup by column name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Table {
@@ -133,6 +172,8 @@ pub struct Table {
     pub name: String,
     /// App columns in declaration order.
     pub columns: Vec<ColumnDef>,
+    /// Its statements.
+    pub sql: TableSql,
     index: BTreeMap<String, usize>,
 }
 
@@ -197,7 +238,8 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
         }
         index.insert(c.name.clone(), i);
     }
-    Ok(Table { name: def.name, columns: def.columns, index })
+    let sql = TableSql::new(&def.name, &def.columns);
+    Ok(Table { name: def.name, columns: def.columns, sql, index })
 }
 
 impl Schema {

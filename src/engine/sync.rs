@@ -10,12 +10,13 @@ use serde::Serialize;
 
 use super::apply::Outcome;
 use super::events::{ChangeEvent, ChangeSource, Progress};
+use super::mutate::payload_json;
 use super::relay::{relay_keys, RelayErrorInfo, RelayState};
 use super::relay_api::{PullAnswer, RelayApi, RelayFailure};
 use super::{Engine, EngineError};
 use crate::protocol::envelope::{encrypt_plaintext, EventMeta};
 use crate::protocol::time::iso8601_from_ms;
-use crate::store::{inbox, outbox, system};
+use crate::store::{inbox, outbox, rows, system};
 
 /// Events per push and per pull page.
 pub const BATCH: u32 = 1000;
@@ -43,7 +44,7 @@ pub enum SyncTrigger {
 }
 
 /// What a pass did with one relay.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RelayPassReport {
     /// The relay.
@@ -64,10 +65,26 @@ pub struct RelayPassReport {
     pub reseeded: Option<String>,
     /// The failure that ended its pass, if any.
     pub error: Option<RelayErrorInfo>,
+    /// Where the pull's time went.
+    pub timings: PullTimings,
+}
+
+/// Where a pull's time went, in ms (measured with the precise clock).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PullTimings {
+    /// Waiting for the relay's answers (request, transfer).
+    pub http_ms: f64,
+    /// Parsing the pages' JSON.
+    pub parse_ms: f64,
+    /// Decrypting, authenticating and validating events.
+    pub decrypt_ms: f64,
+    /// Writing rows, seen markers and cursors to SQLite (commits included).
+    pub apply_ms: f64,
 }
 
 /// What a pass did.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SyncReport {
     /// Intents sealed.
@@ -113,30 +130,41 @@ enum PullEnd {
 }
 
 impl Engine {
-    /// Encrypts every pending outbox intent (idempotent: sealed ones are skipped).
+    /// Encrypts every pending outbox intent (idempotent: sealed ones are skipped). An intent
+    /// whose row has changed since (a later write, or a purge) is dropped: the later intent
+    /// carries the row.
     pub fn seal_pending_outbox(&self) -> Result<u64, EngineError> {
         let identity = self.identity();
-        let mut total = 0;
+        let (mut total, mut after) = (0, 0i64);
         loop {
-            let batch = outbox::unsealed(&self.db.borrow(), 500)?;
-            if batch.is_empty() {
-                return Ok(total);
-            }
-            self.write(|tx| {
+            let batch = outbox::unsealed(&self.db.borrow(), after, 500)?;
+            let Some(last) = batch.last() else { return Ok(total) };
+            after = last.seq;
+            total += self.write(|tx| {
                 let mut rng = self.rng.borrow_mut();
+                let mut sealed = 0;
                 for u in &batch {
+                    let row = match self.schema.table(&u.table) {
+                        Some(t) => rows::read_row(tx, t, &u.row_id)?.map(|r| (t, r)),
+                        None => None,
+                    };
+                    let Some((table, row)) = row.filter(|(_, r)| r.updated_at == u.event_id) else {
+                        outbox::drop_intent(tx, u.seq)?;
+                        continue;
+                    };
+                    let payload = payload_json(self.schema.version, table, &row);
                     let meta = EventMeta {
                         event_id: u.event_id.clone(),
                         device_id: self.device_id.clone(),
                         created_at: iso8601_from_ms(u.created_at.max(0) as u64),
                         stream_id: Some(identity.stream_id(&u.table, &u.row_id)),
                     };
-                    let env = encrypt_plaintext(&identity, &meta, u.payload.as_bytes(), rng.as_mut())?;
+                    let env = encrypt_plaintext(&identity, &meta, payload.as_bytes(), rng.as_mut())?;
                     outbox::mark_sealed(tx, u.seq, &serde_json::to_string(&env).expect("envelopes serialize"))?;
+                    sealed += 1;
                 }
-                Ok(())
+                Ok(sealed)
             })?;
-            total += batch.len() as u64;
         }
     }
 
@@ -274,16 +302,17 @@ impl Engine {
     async fn push_to(&self, url: &str) -> Result<u64, PassError> {
         let identity = self.identity();
         let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
-        let (mut limit, mut total) = (BATCH, 0);
+        let (mut limit, mut total, mut after) = (BATCH, 0, 0i64);
         loop {
-            let batch = outbox::unacked_batch(&self.db.borrow(), url, limit, MAX_PUSH_BYTES)?;
+            let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
             if batch.is_empty() {
                 return Ok(total);
             }
-            let envelopes: Vec<String> = batch.iter().map(|(_, e)| e.clone()).collect();
+            let envelopes: Vec<String> = batch.iter().map(|o| o.envelope.clone()).collect();
             match api.push(&envelopes).await {
                 Ok(_) => {
-                    let ids: Vec<String> = batch.into_iter().map(|(id, _)| id).collect();
+                    after = batch.last().map_or(after, |o| o.seq);
+                    let ids: Vec<String> = batch.into_iter().map(|o| o.event_id).collect();
                     let now = self.now();
                     self.write(|tx| {
                         outbox::record_acks(tx, url, &ids, now)?;
@@ -320,14 +349,20 @@ impl Engine {
             cursor: cursor.clone(),
             done: false,
         };
+        let clock = self.wall.clone();
         loop {
-            let (page, bytes) = match api.pull(&cursor, BATCH).await? {
+            let t0 = clock.precise_ms();
+            let answer = api.pull(&cursor, BATCH).await?;
+            let t1 = clock.precise_ms();
+            report.timings.http_ms += t1 - t0;
+            let (page, bytes) = match answer {
                 PullAnswer::UnknownOwner if !cursor.is_empty() => {
                     return Ok(PullEnd::Wiped("the relay no longer knows this owner (404 after pulling)".into()));
                 }
                 PullAnswer::UnknownOwner => break,
-                PullAnswer::Page(p, b) => (p, b),
+                PullAnswer::Page(resp) => (PullAnswer::parse(&resp)?, resp.body.len()),
             };
+            report.timings.parse_ms += clock.precise_ms() - t1;
             if let (Some(stored), Some(epoch)) = (&stored_epoch, &page.epoch) {
                 if stored != epoch {
                     return Ok(PullEnd::Wiped(format!("the relay's database changed (epoch {stored} → {epoch})")));
@@ -341,6 +376,8 @@ impl Engine {
                 }
             }
             let now = self.now();
+            let t_apply = clock.precise_ms();
+            self.decrypt_ms.set(0.0);
             let (changes, stats) = self.write(|tx| {
                 let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
                 for env in &page.events {
@@ -368,6 +405,9 @@ impl Engine {
                 }
                 Ok(())
             })?;
+            let decrypt = self.decrypt_ms.get();
+            report.timings.decrypt_ms += decrypt;
+            report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
             report.received += page.events.len() as u64;
             report.applied += stats[0];
             report.deferred += stats[1];

@@ -11,8 +11,12 @@ pub const SEEN_CAP: u64 = 50_000;
 
 /// True when the event was applied, or is deferred, already.
 pub fn already_handled(conn: &Connection, event_id: &str) -> Result<bool, StoreError> {
-    let seen = conn.prepare_cached("SELECT 1 FROM _sync_seen WHERE event_id = ?1")?.exists([event_id])?;
-    Ok(seen || conn.prepare_cached("SELECT 1 FROM _sync_deferred WHERE event_id = ?1")?.exists([event_id])?)
+    Ok(conn
+        .prepare_cached(
+            "SELECT 1 WHERE EXISTS (SELECT 1 FROM _sync_seen WHERE event_id = ?1)
+                         OR EXISTS (SELECT 1 FROM _sync_deferred WHERE event_id = ?1)",
+        )?
+        .exists([event_id])?)
 }
 
 /// Records an event as processed.

@@ -10,7 +10,7 @@ use rusqlite::{Connection, OpenFlags};
 use sqlite_wasm_rs::vfs::VfsFilesManager as _;
 use sqlite_wasm_vfs::sahpool::{install, OpfsSAHPoolCfgBuilder, OpfsSAHPoolUtil};
 
-use super::{configure, StoreError};
+use super::StoreError;
 
 /// The VFS name the engine registers.
 pub const VFS_NAME: &str = "simplysync-opfs";
@@ -36,6 +36,11 @@ pub async fn install_opfs(directory: &str) -> Result<OpfsSAHPoolUtil, StoreError
 /// Opens (creating if needed) database `name` on the installed OPFS pool, growing the pool so
 /// the database and its journal have slots.
 pub async fn open_opfs(name: &str) -> Result<Connection, StoreError> {
+    open_opfs_with_page_size(name, super::PAGE_SIZE).await
+}
+
+/// Like [`open_opfs`], with a page size for a database that does not exist yet.
+pub async fn open_opfs_with_page_size(name: &str, page_size: u32) -> Result<Connection, StoreError> {
     let pool = POOL.with(|p| p.borrow().clone()).ok_or_else(|| opfs_err("the OPFS pool is not installed"))?;
     let needed = pool.len().map_err(opfs_err)? + SPARE_SLOTS;
     if pool.capacity() < needed {
@@ -43,6 +48,6 @@ pub async fn open_opfs(name: &str) -> Result<Connection, StoreError> {
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(name, flags, VFS_NAME)?;
-    configure(&conn)?;
+    super::configure_with_page_size(&conn, page_size)?;
     Ok(conn)
 }

@@ -1,8 +1,10 @@
 //! The outbox: local row versions waiting to reach every configured relay.
 //!
-//! A mutation inserts a *pending* intent (`payload_json` = canonical plaintext,
-//! `envelope_json` NULL) in the same transaction as the row. Sealing replaces the plaintext by
-//! the envelope. Only sealed rows are ever selected for a push, so plaintext never leaves the
+//! A mutation inserts a *pending* intent — `(event_id = the row version's HLC, table, row_id)`,
+//! `envelope_json` NULL — in the same transaction as the row. The plaintext is the row itself:
+//! sealing reads the row and, if its `updatedAt` still equals the intent's event id, seals it;
+//! otherwise a later local write superseded the intent, which is dropped (it never left the
+//! device). Only sealed events are ever selected for a push, so plaintext never leaves the
 //! device. An event stays until every configured relay acknowledged it.
 
 use rusqlite::{params, Connection};
@@ -14,87 +16,100 @@ use super::StoreError;
 pub struct Unsealed {
     /// Outbox sequence.
     pub seq: i64,
-    /// Event id (the HLC).
+    /// Event id (the HLC of the row version).
     pub event_id: String,
     /// Table.
     pub table: String,
     /// Row id.
     pub row_id: String,
-    /// Canonical JSON of the payload.
-    pub payload: String,
     /// Local wall time of the mutation, ms.
     pub created_at: i64,
 }
 
 /// Appends a pending intent. An event id already queued is left alone (returns false).
-pub fn enqueue(
-    conn: &Connection,
-    event_id: &str,
-    table: &str,
-    row_id: &str,
-    payload: &str,
-    now: u64,
-) -> Result<bool, StoreError> {
+pub fn enqueue(conn: &Connection, event_id: &str, table: &str, row_id: &str, now: u64) -> Result<bool, StoreError> {
     let n = conn
         .prepare_cached(
-            "INSERT OR IGNORE INTO _sync_outbox (event_id, table_name, row_id, payload_json, created_at)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
+            "INSERT OR IGNORE INTO _sync_outbox (event_id, table_name, row_id, created_at) VALUES (?1, ?2, ?3, ?4)",
         )?
-        .execute(params![event_id, table, row_id, payload, now as i64])?;
+        .execute(params![event_id, table, row_id, now as i64])?;
     Ok(n > 0)
 }
 
-/// Up to `limit` unsealed intents, oldest first.
-pub fn unsealed(conn: &Connection, limit: u32) -> Result<Vec<Unsealed>, StoreError> {
+/// Up to `limit` unsealed intents with seq greater than `after`, oldest first.
+pub fn unsealed(conn: &Connection, after: i64, limit: u32) -> Result<Vec<Unsealed>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, event_id, table_name, row_id, payload_json, created_at FROM _sync_outbox
-         WHERE envelope_json IS NULL ORDER BY seq LIMIT ?1",
+        "SELECT seq, event_id, table_name, row_id, created_at FROM _sync_outbox
+         WHERE seq > ?1 AND envelope_json IS NULL ORDER BY seq LIMIT ?2",
     )?;
     let rows = stmt
-        .query_map([limit], |r| {
+        .query_map(params![after, limit], |r| {
             Ok(Unsealed {
                 seq: r.get(0)?,
                 event_id: r.get(1)?,
                 table: r.get(2)?,
                 row_id: r.get(3)?,
-                payload: r.get(4)?,
-                created_at: r.get(5)?,
+                created_at: r.get(4)?,
             })
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }
 
-/// Replaces an intent's plaintext by its envelope.
+/// Stores an intent's envelope.
 pub fn mark_sealed(conn: &Connection, seq: i64, envelope_json: &str) -> Result<(), StoreError> {
-    conn.prepare_cached("UPDATE _sync_outbox SET envelope_json = ?2, payload_json = NULL WHERE seq = ?1")?
+    conn.prepare_cached("UPDATE _sync_outbox SET envelope_json = ?2 WHERE seq = ?1")?
         .execute(params![seq, envelope_json])?;
     Ok(())
 }
 
-/// Up to `limit` sealed events (and at most `max_bytes` of envelopes) that `relay` has not
-/// acknowledged, oldest first: `(event_id, envelope_json)`.
+/// Drops an intent a later write superseded (never sealed, never sent).
+pub fn drop_intent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_outbox WHERE seq = ?1 AND envelope_json IS NULL")?.execute([seq])?;
+    Ok(())
+}
+
+/// The greatest event id in the outbox (to resume the clock).
+pub fn max_event_id(conn: &Connection) -> Result<Option<String>, StoreError> {
+    Ok(conn.query_row("SELECT max(event_id) FROM _sync_outbox", [], |r| r.get(0))?)
+}
+
+/// One sealed event selected for a push.
+#[derive(Debug, Clone)]
+pub struct Outgoing {
+    /// Outbox sequence (the push continues after it).
+    pub seq: i64,
+    /// Event id.
+    pub event_id: String,
+    /// The envelope JSON.
+    pub envelope: String,
+}
+
+/// Up to `limit` sealed events after outbox seq `after` (and at most `max_bytes` of envelopes)
+/// that `relay` has not acknowledged, oldest first. A push passes the last seq it sent as
+/// `after`, so draining a large outbox is linear, not quadratic.
 pub fn unacked_batch(
     conn: &Connection,
     relay: &str,
+    after: i64,
     limit: u32,
     max_bytes: usize,
-) -> Result<Vec<(String, String)>, StoreError> {
+) -> Result<Vec<Outgoing>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT o.event_id, o.envelope_json FROM _sync_outbox o
-         WHERE o.envelope_json IS NOT NULL
+        "SELECT o.seq, o.event_id, o.envelope_json FROM _sync_outbox o
+         WHERE o.seq > ?3 AND o.envelope_json IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
          ORDER BY o.seq LIMIT ?2",
     )?;
-    let mut rows = stmt.query(params![relay, limit])?;
+    let mut rows = stmt.query(params![relay, limit, after])?;
     let (mut out, mut bytes) = (Vec::new(), 0usize);
     while let Some(r) = rows.next()? {
-        let (id, env): (String, String) = (r.get(0)?, r.get(1)?);
-        bytes += env.len();
+        let o = Outgoing { seq: r.get(0)?, event_id: r.get(1)?, envelope: r.get(2)? };
+        bytes += o.envelope.len();
         if !out.is_empty() && bytes > max_bytes {
             break;
         }
-        out.push((id, env));
+        out.push(o);
     }
     Ok(out)
 }

@@ -2,7 +2,7 @@
 //! columns. Values are already converted to SQLite values (see `engine::values`).
 
 use rusqlite::types::Value;
-use rusqlite::{params_from_iter, Connection, OptionalExtension, Row};
+use rusqlite::{Connection, OptionalExtension, Row};
 
 use super::StoreError;
 use crate::engine::schema::{quote, Table};
@@ -20,15 +20,6 @@ pub struct RowData {
     pub values: Vec<Value>,
 }
 
-fn select_list(table: &Table) -> String {
-    let mut s = String::from("id, updatedAt, deleted");
-    for c in &table.columns {
-        s.push_str(", ");
-        s.push_str(&quote(&c.name));
-    }
-    s
-}
-
 fn read(table: &Table, r: &Row<'_>) -> rusqlite::Result<RowData> {
     let mut values = Vec::with_capacity(table.columns.len());
     for i in 0..table.columns.len() {
@@ -37,39 +28,42 @@ fn read(table: &Table, r: &Row<'_>) -> rusqlite::Result<RowData> {
     Ok(RowData { id: r.get(0)?, updated_at: r.get(1)?, deleted: r.get::<_, i64>(2)? != 0, values })
 }
 
-/// Writes a row. With `only_if_newer`, the write happens only when `row.updated_at` is strictly
-/// greater than the stored row's (last-writer-wins, decided inside SQLite). Returns whether the
-/// row was written.
-pub fn write_row(conn: &Connection, table: &Table, row: &RowData, only_if_newer: bool) -> Result<bool, StoreError> {
-    let cols = select_list(table);
-    let placeholders: Vec<String> = (1..=3 + table.columns.len()).map(|i| format!("?{i}")).collect();
-    let mut updates = String::from("updatedAt = excluded.updatedAt, deleted = excluded.deleted");
-    for c in &table.columns {
-        let q = quote(&c.name);
-        updates.push_str(&format!(", {q} = excluded.{q}"));
+/// How [`write_row`] treats an existing row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    /// Replace it.
+    Replace,
+    /// Replace it only when the new `updatedAt` is strictly greater (last-writer-wins).
+    IfNewer,
+    /// Replace it only when it is soft-deleted; a live row is left alone.
+    InsertOrRevive,
+}
+
+/// Writes a row; returns whether it was written.
+pub fn write_row(conn: &Connection, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
+    let sql = match mode {
+        WriteMode::Replace => &table.sql.upsert,
+        WriteMode::IfNewer => &table.sql.upsert_if_newer,
+        WriteMode::InsertOrRevive => &table.sql.insert_or_revive,
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    stmt.raw_bind_parameter(1, &row.id)?;
+    stmt.raw_bind_parameter(2, &row.updated_at)?;
+    stmt.raw_bind_parameter(3, i64::from(row.deleted))?;
+    for (i, v) in row.values.iter().enumerate() {
+        stmt.raw_bind_parameter(4 + i, v)?;
     }
-    let guard = if only_if_newer { " WHERE excluded.updatedAt > updatedAt" } else { "" };
-    let sql = format!(
-        "INSERT INTO {} ({cols}) VALUES ({}) ON CONFLICT (id) DO UPDATE SET {updates}{guard}",
-        quote(&table.name),
-        placeholders.join(", ")
-    );
-    let mut stmt = conn.prepare_cached(&sql)?;
-    let head =
-        [Value::Text(row.id.clone()), Value::Text(row.updated_at.clone()), Value::Integer(i64::from(row.deleted))];
-    let n = stmt.execute(params_from_iter(head.iter().chain(row.values.iter())))?;
-    Ok(n > 0)
+    Ok(stmt.raw_execute()? > 0)
 }
 
 /// Reads one row by id (deleted or not).
 pub fn read_row(conn: &Connection, table: &Table, id: &str) -> Result<Option<RowData>, StoreError> {
-    let sql = format!("SELECT {} FROM {} WHERE id = ?1", select_list(table), quote(&table.name));
-    Ok(conn.prepare_cached(&sql)?.query_row([id], |r| read(table, r)).optional()?)
+    Ok(conn.prepare_cached(&table.sql.select_by_id)?.query_row([id], |r| read(table, r)).optional()?)
 }
 
 /// Every row of a table, deleted ones included, in id order.
 pub fn all_rows(conn: &Connection, table: &Table) -> Result<Vec<RowData>, StoreError> {
-    let sql = format!("SELECT {} FROM {} ORDER BY id", select_list(table), quote(&table.name));
+    let sql = format!("SELECT {} FROM {} ORDER BY id", table.sql.select_list, quote(&table.name));
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map([], |r| read(table, r))?.collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
@@ -85,7 +79,7 @@ pub fn list_rows(
     limit: Option<u32>,
     include_deleted: bool,
 ) -> Result<Vec<RowData>, StoreError> {
-    let mut sql = format!("SELECT {} FROM {}", select_list(table), quote(&table.name));
+    let mut sql = format!("SELECT {} FROM {}", table.sql.select_list, quote(&table.name));
     let mut conds: Vec<String> = Vec::new();
     if !include_deleted {
         conds.push("deleted = 0".into());

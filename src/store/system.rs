@@ -10,16 +10,14 @@ use crate::engine::schema::{quote, Schema, SchemaError};
 const SYSTEM_DDL: &str = "
 CREATE TABLE IF NOT EXISTS _sync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_outbox (
-    seq           INTEGER PRIMARY KEY AUTOINCREMENT,
+    seq           INTEGER PRIMARY KEY,
     event_id      TEXT NOT NULL UNIQUE,
     table_name    TEXT NOT NULL,
     row_id        TEXT NOT NULL,
-    payload_json  TEXT,
     envelope_json TEXT,
     created_at    INTEGER NOT NULL,
     pushed_at     INTEGER
 );
-CREATE INDEX IF NOT EXISTS _sync_outbox_unsealed ON _sync_outbox (seq) WHERE envelope_json IS NULL;
 CREATE TABLE IF NOT EXISTS _sync_acks (
     relay    TEXT NOT NULL,
     event_id TEXT NOT NULL,
@@ -96,7 +94,8 @@ pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema) -> Result<(), 
             for c in &table.columns {
                 ddl.push_str(&format!(", {} {}", quote(&c.name), c.column_type.sql_type()));
             }
-            ddl.push(')');
+            // Clustered by id: a row write touches one b-tree, not a table plus its key index.
+            ddl.push_str(") WITHOUT ROWID");
             tx.execute_batch(&ddl)?;
             continue;
         }

@@ -14,6 +14,10 @@ extern "C" {
     #[wasm_bindgen(js_name = fetch)]
     fn global_fetch(input: &Request) -> Promise;
 
+    /// `performance.now()`, in a window and in a worker alike.
+    #[wasm_bindgen(js_namespace = performance, js_name = now)]
+    fn performance_now() -> f64;
+
 }
 
 fn js_message(e: &JsValue) -> String {
@@ -63,6 +67,10 @@ pub struct DateClock;
 impl Clock for DateClock {
     fn now_ms(&self) -> u64 {
         js_sys::Date::now() as u64
+    }
+
+    fn precise_ms(&self) -> f64 {
+        performance_now()
     }
 }
 

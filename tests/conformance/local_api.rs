@@ -10,6 +10,21 @@ fn count_outbox(d: &Device) -> f64 {
     d.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
 }
 
+fn sealed_payloads(d: &Device) -> Vec<Json> {
+    let id = simplysync::protocol::Identity::from_secret(KEY).unwrap();
+    d.engine.seal_pending_outbox().unwrap();
+    d.engine
+        .query("SELECT envelope_json FROM _sync_outbox ORDER BY seq", &[])
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let env: simplysync::protocol::SyncEnvelope =
+                serde_json::from_str(r.get("envelope_json").unwrap().as_str().unwrap()).unwrap();
+            simplysync::protocol::decrypt_envelope(&id, &env).unwrap()
+        })
+        .collect()
+}
+
 #[test]
 async fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
     let d = device().await;
@@ -18,10 +33,27 @@ async fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
     assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
     let got = d.engine.get("todos", "a").unwrap().unwrap();
     assert_eq!(got, row);
-    let pending = d.engine.query("SELECT payload_json, envelope_json FROM _sync_outbox", &[]).unwrap();
+    let pending = d.engine.query("SELECT event_id, table_name, row_id, envelope_json FROM _sync_outbox", &[]).unwrap();
     assert_eq!(pending.len(), 1);
-    assert!(pending[0].get("payload_json").unwrap().as_str().unwrap().contains("\"milk\""));
+    assert_eq!(pending[0].get("event_id"), row.get("updatedAt"), "the intent names this row version");
     assert_eq!(pending[0].get("envelope_json"), Some(&Json::Null), "not sealed until a sync");
+    let payloads = sealed_payloads(&d);
+    assert_eq!(payloads[0].get("row").and_then(|r| r.get("title")).and_then(|t| t.as_str()), Some("milk"));
+}
+
+#[test]
+async fn an_intent_superseded_before_sealing_is_dropped_and_only_the_latest_version_is_sealed() {
+    let d = device().await;
+    d.engine.insert("todos", todo("a", "v1")).unwrap();
+    d.engine.update("todos", "a", parse_json(r#"{"title":"v2"}"#).unwrap()).unwrap();
+    d.engine.update("todos", "a", parse_json(r#"{"title":"v3"}"#).unwrap()).unwrap();
+    assert_eq!(count_outbox(&d), 3.0);
+    let payloads = sealed_payloads(&d);
+    assert_eq!(payloads.len(), 1, "v1 and v2 never leave the device");
+    assert_eq!(payloads[0].get("row").and_then(|r| r.get("title")).and_then(|t| t.as_str()), Some("v3"));
+    d.engine.insert("todos", todo("b", "purged before sealing")).unwrap();
+    d.engine.purge_rows("todos", &["b".into()]).unwrap();
+    assert_eq!(sealed_payloads(&d).len(), 1, "a purged row's intent is gone");
 }
 
 #[test]
@@ -41,10 +73,10 @@ async fn update_patches_columns_and_the_event_carries_the_whole_row() {
     let row = d.engine.update("todos", "a", parse_json(r#"{"done":true}"#).unwrap()).unwrap();
     assert_eq!(row.get("title").unwrap().as_str(), Some("milk"));
     assert_eq!(row.get("position").unwrap().as_f64(), Some(3.0));
-    let payloads = d.engine.query("SELECT payload_json FROM _sync_outbox ORDER BY seq", &[]).unwrap();
-    let last = parse_json(payloads[1].get("payload_json").unwrap().as_str().unwrap()).unwrap();
+    let last = sealed_payloads(&d).pop().unwrap();
     let r = last.get("row").unwrap();
     assert_eq!((r.get("title").unwrap().as_str(), r.get("done").unwrap().as_bool()), (Some("milk"), Some(true)));
+    assert_eq!(r.get("position").unwrap().as_f64(), Some(3.0));
 }
 
 #[test]

@@ -16,9 +16,10 @@ async fn purging_deleted_rows_drops_them_locally_and_on_the_relay() {
     let a = Device::new(&phrase(), &[&relay.url]);
     a.engine.insert("todos", todo("keep", "k")).unwrap();
     a.engine.insert("todos", todo("gone", "g")).unwrap();
+    a.sync().await;
     a.engine.delete("todos", "gone").unwrap();
     a.sync().await;
-    assert_eq!(events_on(&relay, &a), 3);
+    assert_eq!(events_on(&relay, &a), 3, "keep, gone, and gone's tombstone");
     assert_eq!(a.engine.purge_deleted().unwrap(), 1);
     assert_eq!(a.todos().len(), 1, "hard-deleted locally");
     assert_eq!(a.engine.purge_queue_len().unwrap(), 1);
