@@ -4,6 +4,8 @@
 //! functions (identity handles, envelopes, blobs) for advanced use. Errors cross as `Error`
 //! objects carrying a stable `code` property.
 
+#[cfg(feature = "bench")]
+pub mod bench;
 pub mod convert;
 pub mod engine;
 mod errors;

@@ -1,0 +1,132 @@
+// Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
+// starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
+// in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build]
+import { execFileSync, spawn } from 'node:child_process';
+import { createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { randomBytes } from 'node:crypto';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '..');
+const { chromium } = await import(path.join(root, 'tests/browser-js/node_modules/playwright-core/index.mjs'));
+const arg = (name, fallback) => {
+  const i = process.argv.indexOf(`--${name}`);
+  return i > 0 ? process.argv[i + 1] : fallback;
+};
+const runs = Number(arg('runs', 5));
+const events = Number(arg('events', 100000));
+const target = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target');
+const env = { ...process.env, PATH: `${os.homedir()}/.cargo/bin:${process.env.PATH}` };
+const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { cwd: root, env, stdio: ['ignore', 'pipe', 'inherit'], ...opts }).toString();
+
+if (!process.argv.includes('--skip-build')) {
+  console.error('building the bench wasm, the relay and the seeder (release)…');
+  sh('wasm-pack', ['build', '--release', '--target', 'web', '--mode', 'no-install', '--out-dir', 'bench/pkg', '--out-name', 'simplysync', '--no-pack', '.', '--', '--features', 'bench', '--locked']);
+  const wasmOpt = path.join(process.env.SIMPLYSYNC_TOOLS ?? '/opt/simplysync-tools', 'node_modules/.bin/wasm-opt');
+  sh(wasmOpt, ['-Oz', '--enable-bulk-memory', '--enable-reference-types', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
+    '--enable-mutable-globals', '--enable-multivalue', 'bench/pkg/simplysync_bg.wasm', '-o', 'bench/pkg/simplysync_bg.wasm']);
+  sh('cargo', ['build', '--release', '--locked', '-p', 'simplysync-relay']);
+  sh('cargo', ['build', '--release', '--locked', '--example', 'bench_seed']);
+}
+
+// A release relay on a fresh database.
+const dbDir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-relay-'));
+const relayProc = spawn(path.join(target, 'release/simplysync-relay'), [], {
+  env: { ...env, PORT: '0', DB_PATH: path.join(dbDir, 'relay.sqlite'), RUST_LOG: 'warn', COMPACTION_INTERVAL_MS: '0', MAX_OWNER_BYTES: '10000000000' },
+  stdio: ['ignore', 'pipe', 'inherit'],
+});
+const relay = await new Promise((resolve) => relayProc.stdout.on('data', (d) => {
+  const m = String(d).match(/listening on (http:\/\/\S+)/);
+  if (m) resolve(m[1]);
+}));
+
+const seedCount = arg('only', '') ? 1 : events;
+console.error(`seeding ${seedCount} events…`);
+const t0 = Date.now();
+const seeded = JSON.parse(sh(path.join(target, 'release/examples/bench_seed'), [relay, String(seedCount)]));
+console.error(`seeded ${seeded.events} events in ${Date.now() - t0} ms`);
+const latencySecret = `sf1_${randomBytes(32).toString('base64url')}`;
+
+// Serve bench/ (page, worker, bench wasm).
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm' };
+const server = http.createServer((req, res) => {
+  const file = path.join(here, decodeURIComponent(new URL(req.url, 'http://x').pathname));
+  if (!file.startsWith(here) || !existsSync(file) || statSync(file).isDirectory()) return res.writeHead(404).end();
+  res.writeHead(200, { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+  createReadStream(file).pipe(res);
+});
+await new Promise((r) => server.listen(0, '127.0.0.1', r));
+const page = `http://127.0.0.1:${server.address().port}/index.html`;
+
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+});
+let data;
+try {
+  const p = await (await browser.newContext()).newPage();
+  p.on('console', (m) => console.error('page:', m.text()));
+  const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
+  await p.goto(`${page}?${q}`);
+  await p.waitForFunction(() => window.benchResults, null, { timeout: 20 * 60 * 1000, polling: 500 });
+  data = await p.evaluate(() => window.benchResults);
+} finally {
+  await browser.close();
+  server.close();
+  relayProc.kill();
+}
+if (data.error) throw new Error(data.error);
+const r = data.results;
+if (r.journal) {
+  console.log(JSON.stringify(r.journal, null, 1));
+  process.exit(0);
+}
+
+// ---- statistics ----------------------------------------------------------------------
+const sorted = (xs) => [...xs].sort((a, b) => a - b);
+const pct = (xs, p) => sorted(xs)[Math.min(xs.length - 1, Math.floor((p / 100) * xs.length))];
+const median = (xs) => pct(xs, 50);
+const spread = (xs, digits = 0) => `${fmt(median(xs), digits)} [${fmt(Math.min(...xs), digits)}–${fmt(Math.max(...xs), digits)}]`;
+const fmt = (x, digits = 0) => x.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+
+const rows = [];
+const row = (what, value, note = '') => rows.push(`| ${what} | ${value} | ${note} |`);
+const rawP50 = r.localWrite.map((x) => median(x.raw));
+const engP50 = r.localWrite.map((x) => median(x.engine));
+const rawP99 = r.localWrite.map((x) => pct(x.raw, 99));
+const engP99 = r.localWrite.map((x) => pct(x.engine, 99));
+row('local write, bare INSERT (autocommit) p50 / p99, ms', `${spread(rawP50, 3)} / ${spread(rawP99, 3)}`, 'the floor');
+row('local write, engine mutation (row + outbox) p50 / p99, ms', `${spread(engP50, 3)} / ${spread(engP99, 3)}`, `ratio engine/raw p50 ${fmt(median(engP50.map((e, i) => e / rawP50[i])), 2)}`);
+const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
+const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
+const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);
+row('bulk: 10,000 bare INSERTs in one transaction, rows/s', spread(rawRate), 'the floor');
+row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
+row('seal (encrypt pending intents), events/s', spread(sealRate));
+for (const [size, a] of Object.entries(r.aes)) {
+  const mbs = (xs) => xs.map((x) => x / 1000);
+  const w = mbs(a.wasm);
+  const c = mbs(a.webcrypto);
+  const c32 = mbs(a.webcrypto32);
+  row(`AES-256-GCM ${size / 1024} KiB: wasm aes-gcm, MB/s`, spread(w, 1));
+  row(`AES-256-GCM ${size / 1024} KiB: WebCrypto awaited one by one / 32 in flight, MB/s`, `${spread(c, 1)} / ${spread(c32, 1)}`,
+    `ratio wasm/WebCrypto ${fmt(median(w) / median(c), 2)} / ${fmt(median(w) / median(c32), 2)}`);
+}
+if (r.restore) {
+  const rate = r.restore.map((x) => (x.events / x.ms) * 1000);
+  row(`restore: fresh device pulls + applies ${fmt(r.restore[0].events)} events, events/s`, spread(rate));
+  const t = r.restore[Math.floor(r.restore.length / 2)];
+  const total = t.ms;
+  const share = (ms) => `${fmt(ms)} ms (${fmt((ms / total) * 100)}%)`;
+  row('restore: where the time goes (median run)', `HTTP ${share(t.timings.httpMs)}, JSON ${share(t.timings.parseMs)}, decrypt+validate ${share(t.timings.decryptMs)}, SQLite ${share(t.timings.applyMs)}`, `total ${fmt(total)} ms`);
+  row('sync latency, write on A → on B, sync() on both, ms (p50 / p90)', `${fmt(median(r.syncLatency), 1)} / ${fmt(pct(r.syncLatency, 90), 1)}`, `${r.syncLatency.length} samples`);
+  row('sync latency with default polling (5 s) on B, ms', spread(r.pollLatency), `${r.pollLatency.length} samples`);
+}
+const table = ['| measurement (headless Chromium, dedicated worker, OPFS) | median [min–max] | note |', '|---|---|---|', ...rows].join('\n');
+console.log(table);
+writeFileSync(path.join(target, 'bench-results.json'), JSON.stringify({ when: new Date().toISOString(), runs, relay: 'release, loopback', results: r }, null, 2));
+console.error(`raw samples: ${path.join(target, 'bench-results.json')}`);

@@ -1,0 +1,75 @@
+// Runs every browser benchmark in a dedicated worker (OPFS lives only here) and posts raw
+// samples back. Each measurement is repeated `runs` times after one discarded warm-up run.
+import init, * as bench from './pkg/simplysync.js';
+
+const log = (text) => self.postMessage({ log: text });
+
+async function webcryptoThroughput(size, minMs, inFlight) {
+  const key = await crypto.subtle.importKey('raw', new Uint8Array(32).fill(7), 'AES-GCM', false, ['encrypt']);
+  const msg = new Uint8Array(size).fill(0x5a);
+  let bytes = 0;
+  let n = 0;
+  const t0 = performance.now();
+  while (performance.now() - t0 < minMs) {
+    const batch = [];
+    for (let i = 0; i < inFlight; i++) {
+      const iv = new Uint8Array(12);
+      new DataView(iv.buffer).setUint32(0, n++);
+      batch.push(crypto.subtle.encrypt({ name: 'AES-GCM', iv }, key, msg));
+    }
+    await Promise.all(batch);
+    bytes += size * inFlight;
+  }
+  return bytes / (performance.now() - t0);
+}
+
+async function repeat(runs, fn) {
+  await fn(); // warm-up (V8 tier-up, first OPFS use)
+  const out = [];
+  for (let i = 0; i < runs; i++) out.push(await fn());
+  return out;
+}
+
+self.onmessage = async ({ data }) => {
+  try {
+    await init();
+    const runs = Number(data.runs ?? 5);
+    const results = {};
+    if (data.only === 'pages') {
+      const all = [];
+      for (let i = 0; i < runs; i++) all.push(await bench.benchPageSizes());
+      self.postMessage({ results: { journal: all } });
+      return;
+    }
+    if (data.only === 'journal') {
+      self.postMessage({ results: { journal: await bench.benchJournalModes(100) } });
+      return;
+    }
+    log('local writes');
+    results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
+    log('bulk writes');
+    results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+    log('aes');
+    results.aes = {};
+    for (const size of [1024, 262144]) {
+      results.aes[size] = {
+        wasm: await repeat(runs, () => bench.benchAes(size, 300)),
+        webcrypto: await repeat(runs, () => webcryptoThroughput(size, 300, 1)),
+        webcrypto32: await repeat(runs, () => webcryptoThroughput(size, 300, 32)),
+      };
+    }
+    if (data.relay && data.restoreSecret) {
+      log('restore');
+      // Each run restores into a fresh database; the warm-up run is skipped (it would be a full restore too).
+      results.restore = [];
+      for (let i = 0; i < Math.min(runs, 3); i++) results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
+      log('sync latency');
+      results.syncLatency = await bench.benchSyncLatency(data.latencySecret, data.relay, 30);
+      log('poll latency');
+      results.pollLatency = await bench.benchPollLatency(data.latencySecret, data.relay, 5000, Number(data.pollReps ?? 8));
+    }
+    self.postMessage({ results });
+  } catch (e) {
+    self.postMessage({ error: String(e?.message ?? e) });
+  }
+};

@@ -1,0 +1,107 @@
+//! Profiling aid: bulk mutations, sealing and a restore through an in-process relay, natively,
+//! with timings. `cargo run --release --example engine_hot -- [ROWS]` (run it under `perf`).
+
+#[cfg(not(target_arch = "wasm32"))]
+fn main() {
+    native::main();
+}
+
+#[cfg(target_arch = "wasm32")]
+fn main() {}
+
+#[cfg(not(target_arch = "wasm32"))]
+mod native {
+    use std::rc::Rc;
+    use std::time::Instant;
+
+    use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
+    use simplysync::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
+    use simplysync::native::{HttpTransport, SystemClock};
+    use simplysync::protocol::entropy::OsEntropy;
+    use simplysync::protocol::Json;
+
+    fn schema() -> SchemaDef {
+        let col = |name: &str, t| ColumnDef { name: name.into(), column_type: t };
+        SchemaDef {
+            schema_version: 1,
+            tables: vec![TableDef {
+                name: "todos".into(),
+                columns: vec![
+                    col("title", ColumnType::Text),
+                    col("done", ColumnType::Boolean),
+                    col("position", ColumnType::Integer),
+                ],
+            }],
+        }
+    }
+
+    fn engine(relay: &str) -> Engine {
+        let env = Env {
+            transport: Rc::new(HttpTransport::new().unwrap()),
+            clock: Rc::new(SystemClock),
+            entropy: Box::new(OsEntropy),
+        };
+        let secret = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".to_string();
+        Engine::open(
+            simplysync::store::open_memory().unwrap(),
+            EngineConfig { secret, relays: vec![relay.into()], schema: schema() },
+            env,
+        )
+        .unwrap()
+    }
+
+    #[tokio::main(flavor = "current_thread")]
+    pub async fn main() {
+        let n: u32 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50_000);
+        let dir = std::env::temp_dir().join(format!("simplysync-hot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.set_nonblocking(true).unwrap();
+        let relay = format!("http://{}", listener.local_addr().unwrap());
+        let db = dir.join("relay.sqlite");
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+            rt.block_on(async move {
+                let config = simplysync_relay::config::Config::from_lookup(|k| match k {
+                    "DB_PATH" => Some(db.display().to_string()),
+                    "COMPACTION_INTERVAL_MS" => Some("0".into()),
+                    _ => None,
+                })
+                .unwrap();
+                let l = tokio::net::TcpListener::from_std(listener).unwrap();
+                simplysync_relay::serve_on(l, config, std::future::pending()).await.unwrap();
+            });
+        });
+        let a = engine(&relay);
+        let ops: Vec<Op> = (0..n)
+            .map(|i| Op::Insert {
+                table: "todos".into(),
+                row: Json::object([
+                    ("id", Json::from(format!("row-{i:08}"))),
+                    ("title", Json::from(format!("todo number {i} with a realistic title"))),
+                    ("done", Json::Bool(i % 3 == 0)),
+                    ("position", Json::from(i)),
+                ]),
+            })
+            .collect();
+        let t = Instant::now();
+        a.transaction(&ops).unwrap();
+        let bulk = t.elapsed();
+        let t = Instant::now();
+        a.seal_pending_outbox().unwrap();
+        let seal = t.elapsed();
+        let t = Instant::now();
+        a.sync(SyncTrigger::Manual).await.unwrap();
+        let push = t.elapsed();
+        let b = engine(&relay);
+        let t = Instant::now();
+        let report = b.sync(SyncTrigger::Manual).await.unwrap();
+        let restore = t.elapsed();
+        let rate = |d: std::time::Duration| n as f64 / d.as_secs_f64();
+        println!("bulk    {:>10.0} rows/s", rate(bulk));
+        println!("seal    {:>10.0} events/s", rate(seal));
+        println!("push    {:>10.0} events/s", rate(push));
+        println!("restore {:>10.0} events/s  {:?}", rate(restore), report.relays[0].timings);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

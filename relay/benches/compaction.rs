@@ -1,0 +1,68 @@
+//! Log compaction time for 1,000,000 stored events (`cargo bench -p simplysync-relay --bench
+//! compaction [-- EVENTS]`): 10 owners × 10,000 streams × 10 versions each, ~1 KiB envelopes,
+//! written through the store, then one compaction pass that keeps the newest version per
+//! stream (removing 90%). Repeated on fresh databases; prints median and spread.
+
+use std::time::Instant;
+
+use simplysync_relay::store::sqlite::{Quotas, SqliteStore};
+use simplysync_relay::store::{NewEvent, RelayStore};
+
+fn main() {
+    let total: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let runs = 3;
+    let owners = 10;
+    let versions = 10;
+    let streams_per_owner = total / owners / versions;
+    let pad = "x".repeat(900);
+    let mut fill_s = Vec::new();
+    let mut compact_s = Vec::new();
+    for run in 0..runs {
+        let dir = std::env::temp_dir().join(format!("simplysync-compaction-{}-{run}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let quotas = Quotas { max_owner_bytes: u64::MAX / 4, max_total_bytes: u64::MAX / 4 };
+        let store = SqliteStore::open(&dir.join("relay.sqlite"), quotas, "2026-01-01T00:00:00.000Z").unwrap();
+        let t0 = Instant::now();
+        for o in 0..owners {
+            let owner = format!("{:A>22}", format!("owner{o}"));
+            let mut batch = Vec::with_capacity(1000);
+            // Versions interleave across streams, as edits do.
+            for v in 0..versions {
+                for s in 0..streams_per_owner {
+                    let event_id =
+                        format!("{:015}-{:06}-dev", 1_764_504_000_000u64 + (v * streams_per_owner + s) as u64, 0);
+                    let stream = format!("{:A>22}", format!("s{s}"));
+                    let json = format!(
+                        r#"{{"version":1,"ownerId":"{owner}","eventId":"{event_id}","deviceId":"dev","createdAt":"2026-01-01T00:00:00.000Z","streamId":"{stream}","nonce":"AAAAAAAAAAAAAAAA","ciphertext":"{pad}"}}"#
+                    );
+                    batch.push(NewEvent { event_id, stream_id: Some(stream), json });
+                    if batch.len() == 1000 {
+                        store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z").unwrap();
+                        batch.clear();
+                    }
+                }
+            }
+            if !batch.is_empty() {
+                store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z").unwrap();
+            }
+        }
+        fill_s.push(t0.elapsed().as_secs_f64());
+        let t0 = Instant::now();
+        let report = store.compact_all("2026-01-01T00:00:01.000Z").unwrap();
+        compact_s.push(t0.elapsed().as_secs_f64());
+        assert_eq!(report.deleted_events as usize, owners * streams_per_owner * (versions - 1));
+        drop(store);
+        let _ = std::fs::remove_dir_all(&dir);
+        eprintln!(
+            "run {run}: filled in {:.1} s, compacted in {:.1} s ({} removed)",
+            fill_s[run], compact_s[run], report.deleted_events
+        );
+    }
+    let med = |v: &mut Vec<f64>| {
+        v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (c, cmin, cmax) = med(&mut compact_s);
+    let (f, fmin, fmax) = med(&mut fill_s);
+    println!("| {total} events (10 owners × {streams_per_owner} streams × {versions} versions) | compaction {c:.1} s [{cmin:.1}–{cmax:.1}] | fill {f:.1} s [{fmin:.1}–{fmax:.1}] |");
+}

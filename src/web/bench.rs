@@ -1,0 +1,292 @@
+//! Browser benchmarks (feature `bench`; driven by `bench/run.mjs`). Each function measures one
+//! thing in the dedicated worker, on OPFS, and returns raw samples; the driver repeats runs and
+//! computes medians and spreads. Nothing here is a test.
+
+use std::rc::Rc;
+
+use aes_gcm::{Aes256Gcm, KeyInit};
+use rusqlite::params;
+use wasm_bindgen::prelude::*;
+
+use super::convert::serde_to_js;
+use super::io::{sleep, DateClock, FetchTransport};
+use crate::engine::io::Clock;
+use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
+use crate::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
+use crate::protocol::entropy::{random_bytes, OsEntropy};
+use crate::protocol::{base64url, Json};
+use crate::store::opfs::{install_opfs, open_opfs};
+
+const KEY: &str = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
+
+fn js_err(e: impl std::fmt::Display) -> JsValue {
+    JsValue::from_str(&e.to_string())
+}
+
+fn now() -> f64 {
+    DateClock.precise_ms()
+}
+
+fn unique(tag: &str) -> String {
+    format!("bench-{tag}-{}.db", base64url::encode(&random_bytes::<6>(&mut OsEntropy).unwrap_or([0; 6])))
+}
+
+fn schema() -> SchemaDef {
+    let col = |n: &str, t| ColumnDef { name: n.into(), column_type: t };
+    SchemaDef {
+        schema_version: 1,
+        tables: vec![TableDef {
+            name: "todos".into(),
+            columns: vec![
+                col("title", ColumnType::Text),
+                col("done", ColumnType::Boolean),
+                col("position", ColumnType::Integer),
+            ],
+        }],
+    }
+}
+
+async fn connection(tag: &str) -> Result<rusqlite::Connection, JsValue> {
+    install_opfs("simplysync-bench").await.map_err(js_err)?;
+    open_opfs(&unique(tag)).await.map_err(js_err)
+}
+
+async fn engine(secret: &str, relays: Vec<String>, tag: &str) -> Result<Engine, JsValue> {
+    let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
+    Engine::open(connection(tag).await?, EngineConfig { secret: secret.into(), relays, schema: schema() }, env)
+        .map_err(js_err)
+}
+
+fn todo(i: u32) -> Json {
+    Json::object([
+        ("id", Json::from(format!("row-{i:08}"))),
+        ("title", Json::from(format!("todo number {i} with a realistic title"))),
+        ("done", Json::Bool(i % 3 == 0)),
+        ("position", Json::from(i)),
+    ])
+}
+
+/// `n` durable single-row writes: a bare autocommit INSERT (the floor) and an engine insert
+/// (row + outbox intent in one transaction). Latencies in ms.
+#[wasm_bindgen(js_name = benchLocalWrite)]
+pub async fn bench_local_write(n: u32) -> Result<JsValue, JsValue> {
+    let raw = connection("raw-single").await?;
+    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
+        .map_err(js_err)?;
+    let mut raw_ms = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let t0 = now();
+        raw.prepare_cached("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)")
+            .and_then(|mut s| s.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i]))
+            .map_err(js_err)?;
+        raw_ms.push(now() - t0);
+    }
+    let e = engine(KEY, vec![], "engine-single").await?;
+    let mut engine_ms = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let t0 = now();
+        e.insert("todos", todo(i)).map_err(js_err)?;
+        engine_ms.push(now() - t0);
+    }
+    Ok(serde_to_js(&serde_json::json!({ "raw": raw_ms, "engine": engine_ms })))
+}
+
+/// `n` rows in one transaction: bare prepared INSERTs vs engine mutations. Durations in ms.
+#[wasm_bindgen(js_name = benchBulk)]
+pub async fn bench_bulk(n: u32) -> Result<JsValue, JsValue> {
+    let mut raw = connection("raw-bulk").await?;
+    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
+        .map_err(js_err)?;
+    let t0 = now();
+    let tx = raw.transaction().map_err(js_err)?;
+    {
+        let mut stmt =
+            tx.prepare("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)").map_err(js_err)?;
+        for i in 0..n {
+            stmt.execute(params![
+                format!("row-{i:08}"),
+                format!("todo number {i} with a realistic title"),
+                i % 3 == 0,
+                i
+            ])
+            .map_err(js_err)?;
+        }
+    }
+    tx.commit().map_err(js_err)?;
+    let raw_ms = now() - t0;
+    let e = engine(KEY, vec![], "engine-bulk").await?;
+    let ops: Vec<Op> = (0..n).map(|i| Op::Insert { table: "todos".into(), row: todo(i) }).collect();
+    let t0 = now();
+    e.transaction(&ops).map_err(js_err)?;
+    let engine_ms = now() - t0;
+    let t0 = now();
+    let sealed = e.seal_pending_outbox().map_err(js_err)?;
+    let seal_ms = now() - t0;
+    Ok(serde_to_js(&serde_json::json!({ "rawMs": raw_ms, "engineMs": engine_ms, "sealMs": seal_ms, "sealed": sealed })))
+}
+
+/// AES-256-GCM (the crate, in wasm) over `size`-byte messages for at least `min_ms`: bytes/ms.
+#[wasm_bindgen(js_name = benchAes)]
+pub fn bench_aes(size: u32, min_ms: f64) -> f64 {
+    let cipher = Aes256Gcm::new_from_slice(&[7u8; 32]).expect("32-byte key");
+    let msg = vec![0x5Au8; size as usize];
+    let (t0, mut bytes) = (now(), 0f64);
+    let mut nonce = [0u8; 12];
+    while now() - t0 < min_ms {
+        nonce[0] = nonce[0].wrapping_add(1);
+        let out = crate::protocol::envelope::seal(&cipher, &nonce, &msg, b"");
+        bytes += out.len() as f64 - 16.0;
+    }
+    bytes / (now() - t0)
+}
+
+/// A fresh device restores everything `secret` has on `relay`.
+#[wasm_bindgen(js_name = benchRestore)]
+pub async fn bench_restore(secret: String, relay: String) -> Result<JsValue, JsValue> {
+    let e = engine(&secret, vec![relay], "restore").await?;
+    let t0 = now();
+    let report = e.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+    let ms = now() - t0;
+    let r = &report.relays[0];
+    if let Some(err) = &r.error {
+        return Err(js_err(&err.message));
+    }
+    Ok(serde_to_js(&serde_json::json!({ "events": r.received, "applied": r.applied, "ms": ms, "timings": r.timings })))
+}
+
+/// Write on A → visible on B, with `sync()` called on both; `reps` samples in ms.
+#[wasm_bindgen(js_name = benchSyncLatency)]
+pub async fn bench_sync_latency(secret: String, relay: String, reps: u32) -> Result<JsValue, JsValue> {
+    let a = engine(&secret, vec![relay.clone()], "lat-a").await?;
+    let b = engine(&secret, vec![relay], "lat-b").await?;
+    a.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+    b.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+    let mut samples = Vec::new();
+    for i in 0..reps {
+        let id = format!("lat-{i}");
+        let t0 = now();
+        a.insert("todos", Json::object([("id", Json::from(id.as_str())), ("title", Json::from("x"))]))
+            .map_err(js_err)?;
+        a.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+        b.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+        if b.get("todos", &id).map_err(js_err)?.is_none() {
+            return Err(js_err("the row did not arrive"));
+        }
+        samples.push(now() - t0);
+    }
+    Ok(serde_to_js(&samples))
+}
+
+/// Write on A (which syncs after writes) → visible on B, which only polls every `interval_ms`.
+#[wasm_bindgen(js_name = benchPollLatency)]
+pub async fn bench_poll_latency(
+    secret: String,
+    relay: String,
+    interval_ms: u32,
+    reps: u32,
+) -> Result<JsValue, JsValue> {
+    let a = engine(&secret, vec![relay.clone()], "poll-a").await?;
+    let b = Rc::new(engine(&secret, vec![relay], "poll-b").await?);
+    b.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+    let poller = b.clone();
+    let stop = Rc::new(std::cell::Cell::new(false));
+    let stopped = stop.clone();
+    wasm_bindgen_futures::spawn_local(async move {
+        while !stopped.get() {
+            sleep(interval_ms).await;
+            let _ = poller.sync(SyncTrigger::Poll).await;
+        }
+    });
+    let mut samples = Vec::new();
+    for i in 0..reps {
+        // Start at a random phase of B's poll cycle.
+        sleep((js_sys::Math::random() * f64::from(interval_ms)) as u32).await;
+        let id = format!("poll-{i}");
+        let t0 = now();
+        a.insert("todos", Json::object([("id", Json::from(id.as_str()))])).map_err(js_err)?;
+        a.sync(SyncTrigger::Write).await.map_err(js_err)?;
+        while b.get("todos", &id).map_err(js_err)?.is_none() {
+            sleep(5).await;
+        }
+        samples.push(now() - t0);
+    }
+    stop.set(true);
+    Ok(serde_to_js(&samples))
+}
+
+/// Single-row autocommit INSERT latency (ms, p50 of `n`) under SQLite journal/sync settings,
+/// to choose the engine's storage configuration on OPFS.
+#[wasm_bindgen(js_name = benchJournalModes)]
+pub async fn bench_journal_modes(n: u32) -> Result<JsValue, JsValue> {
+    let configs = [
+        "PRAGMA journal_mode = DELETE; PRAGMA synchronous = FULL;",
+        "PRAGMA journal_mode = PERSIST; PRAGMA synchronous = FULL;",
+        "PRAGMA journal_mode = TRUNCATE; PRAGMA synchronous = FULL;",
+        "PRAGMA journal_mode = DELETE; PRAGMA synchronous = NORMAL;",
+        "PRAGMA journal_mode = PERSIST; PRAGMA synchronous = NORMAL;",
+        "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL;",
+        "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL;",
+    ];
+    let mut out = Vec::new();
+    for (k, cfg) in configs.iter().enumerate() {
+        let conn = connection(&format!("mode{k}")).await?;
+        let mode: String = conn
+            .query_row_and_then("SELECT 1", [], |_| -> Result<String, rusqlite::Error> { Ok(String::new()) })
+            .map_err(js_err)?;
+        let _ = mode;
+        conn.execute_batch(cfg).map_err(js_err)?;
+        let applied: String = conn.query_row("PRAGMA journal_mode", [], |r| r.get(0)).map_err(js_err)?;
+        conn.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT)").map_err(js_err)?;
+        let mut lat = Vec::new();
+        for i in 0..n {
+            let t0 = now();
+            conn.execute("INSERT INTO t (id, title) VALUES (?1, ?2)", params![format!("r{i}"), "x"]).map_err(js_err)?;
+            lat.push(now() - t0);
+        }
+        lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        out.push(serde_json::json!({ "config": cfg, "journal": applied, "p50": lat[lat.len() / 2], "p99": lat[lat.len() * 99 / 100] }));
+    }
+    Ok(serde_to_js(&out))
+}
+
+/// Bulk (10,000 rows, one transaction) and single-row commit costs under SQLite page sizes,
+/// with the engine's WAL configuration, to choose the engine's page size on OPFS.
+#[wasm_bindgen(js_name = benchPageSizes)]
+pub async fn bench_page_sizes() -> Result<JsValue, JsValue> {
+    let mut out = Vec::new();
+    for size in [4096u32, 8192, 16384, 32768, 65536] {
+        install_opfs("simplysync-bench").await.map_err(js_err)?;
+        let name = unique(&format!("page{size}"));
+        let conn = crate::store::opfs::open_opfs_with_page_size(&name, size).await.map_err(js_err)?;
+        conn.execute_batch(
+            "CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER) WITHOUT ROWID",
+        )
+        .map_err(js_err)?;
+        let mut single = Vec::new();
+        for i in 0..50u32 {
+            let t0 = now();
+            conn.execute("INSERT INTO t VALUES (?1, ?2, ?3, ?4)", params![format!("s{i}"), "x", 0, i])
+                .map_err(js_err)?;
+            single.push(now() - t0);
+        }
+        single.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        let t0 = now();
+        conn.execute_batch("BEGIN").map_err(js_err)?;
+        {
+            let mut stmt = conn.prepare("INSERT INTO t VALUES (?1, ?2, ?3, ?4)").map_err(js_err)?;
+            for i in 0..10_000u32 {
+                stmt.execute(params![
+                    format!("row-{i:08}"),
+                    format!("todo number {i} with a realistic title"),
+                    i % 3 == 0,
+                    i
+                ])
+                .map_err(js_err)?;
+            }
+        }
+        conn.execute_batch("COMMIT").map_err(js_err)?;
+        let bulk_ms = now() - t0;
+        out.push(serde_json::json!({ "pageSize": size, "singleP50": single[25], "bulkRowsPerSec": 10_000.0 / bulk_ms * 1000.0 }));
+    }
+    Ok(serde_to_js(&out))
+}
