@@ -11,7 +11,7 @@ WASM_OPT="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}/node_modules/.bin/wasm-opt"
 VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 
 rm -rf pkg
-wasm-pack build --release --target web --mode no-install --out-dir pkg --out-name simplysync --no-pack . -- --locked >&2
+wasm-pack build --profile wasm-release --target web --mode no-install --out-dir pkg --out-name simplysync --no-pack . -- --locked >&2
 "$WASM_OPT" -Oz --enable-bulk-memory --enable-reference-types --enable-nontrapping-float-to-int \
   --enable-sign-ext --enable-mutable-globals --enable-multivalue \
   pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm

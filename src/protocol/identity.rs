@@ -13,7 +13,6 @@ use aes_gcm::{Aes256Gcm, KeyInit};
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
-use unicode_normalization::UnicodeNormalization;
 
 use super::base64url;
 use super::canonical::write_str_literal;
@@ -128,8 +127,25 @@ pub fn create_recovery_key(rng: &mut dyn Entropy) -> Result<String, EntropyError
 }
 
 fn normalize_mnemonic(input: &str) -> String {
-    let nfkd: String = input.nfkd().collect::<String>().to_lowercase();
+    let nfkd = nfkd(input).to_lowercase();
     nfkd.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Unicode NFKD. In the browser the platform's `String.prototype.normalize` does it, which
+/// keeps the normalization tables (tens of KB) out of the npm package; natively the
+/// `unicode-normalization` crate does. Both implement the same Unicode algorithm.
+#[cfg(target_arch = "wasm32")]
+fn nfkd(s: &str) -> String {
+    if s.is_ascii() {
+        return s.to_owned();
+    }
+    String::from(js_sys::JsString::from(s).normalize("NFKD"))
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn nfkd(s: &str) -> String {
+    use unicode_normalization::UnicodeNormalization;
+    s.nfkd().collect()
 }
 
 fn decode_recovery_key(b64: &str) -> Result<[u8; 32], IdentityError> {
