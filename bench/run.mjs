@@ -25,7 +25,7 @@ const sh = (cmd, args, opts = {}) => execFileSync(cmd, args, { cwd: root, env, s
 
 if (!process.argv.includes('--skip-build')) {
   console.error('building the bench wasm, the relay and the seeder (release)…');
-  sh('wasm-pack', ['build', '--release', '--target', 'web', '--mode', 'no-install', '--out-dir', 'bench/pkg', '--out-name', 'simplysync', '--no-pack', '.', '--', '--features', 'bench', '--locked']);
+  sh('wasm-pack', ['build', '--profile', 'wasm-release', '--target', 'web', '--mode', 'no-install', '--out-dir', 'bench/pkg', '--out-name', 'simplysync', '--no-pack', '.', '--', '--features', 'bench', '--locked']);
   const wasmOpt = path.join(process.env.SIMPLYSYNC_TOOLS ?? '/opt/simplysync-tools', 'node_modules/.bin/wasm-opt');
   sh(wasmOpt, ['-Oz', '--enable-bulk-memory', '--enable-reference-types', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
     '--enable-mutable-globals', '--enable-multivalue', 'bench/pkg/simplysync_bg.wasm', '-o', 'bench/pkg/simplysync_bg.wasm']);
