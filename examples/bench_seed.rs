@@ -25,15 +25,14 @@ mod native {
         let relay = args.get(1).expect("usage: bench_seed RELAY_URL N").clone();
         let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
         let secret = create_recovery_key(&mut OsEntropy).unwrap();
-        let col = |name: &str, t| ColumnDef { name: name.into(), column_type: t };
         let schema = SchemaDef {
             schema_version: 1,
             tables: vec![TableDef {
                 name: "todos".into(),
                 columns: vec![
-                    col("title", ColumnType::Text),
-                    col("done", ColumnType::Boolean),
-                    col("position", ColumnType::Integer),
+                    ColumnDef::new("title", ColumnType::Text),
+                    ColumnDef::new("done", ColumnType::Boolean),
+                    ColumnDef::new("position", ColumnType::Integer),
                 ],
             }],
         };

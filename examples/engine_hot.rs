@@ -21,15 +21,14 @@ mod native {
     use simplysync::protocol::Json;
 
     fn schema() -> SchemaDef {
-        let col = |name: &str, t| ColumnDef { name: name.into(), column_type: t };
         SchemaDef {
             schema_version: 1,
             tables: vec![TableDef {
                 name: "todos".into(),
                 columns: vec![
-                    col("title", ColumnType::Text),
-                    col("done", ColumnType::Boolean),
-                    col("position", ColumnType::Integer),
+                    ColumnDef::new("title", ColumnType::Text),
+                    ColumnDef::new("done", ColumnType::Boolean),
+                    ColumnDef::new("position", ColumnType::Integer),
                 ],
             }],
         }

@@ -9,6 +9,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
@@ -130,7 +131,7 @@ async fn main() {
     println!("| owners | events | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
     println!("|---|---|---|---|---|");
     for (owners, per_owner) in [(1usize, 100_000usize), (16, 10_000)] {
-        let loads: Vec<OwnerLoad> = (0..owners).map(|_| owner_load(per_owner)).collect();
+        let loads: Vec<Arc<OwnerLoad>> = (0..owners).map(|_| Arc::new(owner_load(per_owner))).collect();
         let stored_size = loads[0].bodies[0].len() / BATCH.min(per_owner);
         let (mut push, mut pull) = (Vec::new(), Vec::new());
         for run in 0..runs {
@@ -142,13 +143,7 @@ async fn main() {
             let tasks: Vec<_> = loads
                 .iter()
                 .map(|l| {
-                    let (c, u) = (client.clone(), server.url.clone());
-                    let l = OwnerLoad {
-                        owner_id: l.owner_id.clone(),
-                        token: l.token.clone(),
-                        bodies: l.bodies.clone(),
-                        events: l.events,
-                    };
+                    let (c, u, l) = (client.clone(), server.url.clone(), Arc::clone(l));
                     tokio::spawn(async move { push_all(&c, &u, &l).await })
                 })
                 .collect();
@@ -160,13 +155,7 @@ async fn main() {
             let tasks: Vec<_> = loads
                 .iter()
                 .map(|l| {
-                    let (c, u) = (client.clone(), server.url.clone());
-                    let l = OwnerLoad {
-                        owner_id: l.owner_id.clone(),
-                        token: l.token.clone(),
-                        bodies: Vec::new(),
-                        events: l.events,
-                    };
+                    let (c, u, l) = (client.clone(), server.url.clone(), Arc::clone(l));
                     tokio::spawn(async move { pull_all(&c, &u, &l).await })
                 })
                 .collect();

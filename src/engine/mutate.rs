@@ -207,19 +207,25 @@ impl Engine {
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
     }
 
+    /// Stages every op in `tx`, in order: the changes to announce and the rows as written.
+    fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Json>), EngineError> {
+        let mut changes = Vec::with_capacity(ops.len());
+        let mut rows = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (c, r) = self.stage(tx, op)?;
+            changes.push(c);
+            rows.push(r);
+        }
+        Ok((changes, rows))
+    }
+
     /// Applies `ops` atomically: all are written (rows + outbox) or, on the first error, none.
     /// Returns the rows as written.
     pub fn transaction(&self, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
         let (changes, rows) = self.write(|tx| {
-            let mut changes = Vec::with_capacity(ops.len());
-            let mut rows = Vec::with_capacity(ops.len());
-            for op in ops {
-                let (c, r) = self.stage(tx, op)?;
-                changes.push(c);
-                rows.push(r);
-            }
+            let staged = self.stage_all(tx, ops)?;
             self.persist_clock(tx)?;
-            Ok((changes, rows))
+            Ok(staged)
         })?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
         Ok(rows)
@@ -242,13 +248,7 @@ impl Engine {
         }
         let now = self.now();
         let (changes, rows) = self.write(|tx| {
-            let mut changes = Vec::with_capacity(ops.len());
-            let mut rows = Vec::with_capacity(ops.len());
-            for op in ops {
-                let (c, r) = self.stage(tx, op)?;
-                changes.push(c);
-                rows.push(r);
-            }
+            let (changes, rows) = self.stage_all(tx, ops)?;
             let result = to_canonical_json(&Json::Array(rows.clone()));
             tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
                 .execute(rusqlite::params![request_id, result, now as i64])?;

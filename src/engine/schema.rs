@@ -56,6 +56,13 @@ pub struct ColumnDef {
     pub column_type: ColumnType,
 }
 
+impl ColumnDef {
+    /// A column named `name` of type `column_type` (validated when the schema is opened).
+    pub fn new(name: &str, column_type: ColumnType) -> Self {
+        ColumnDef { name: name.into(), column_type }
+    }
+}
+
 /// One declared table.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TableDef {
@@ -206,19 +213,18 @@ fn reserved_table(name: &str) -> bool {
 
 /// The manifest table the engine declares for itself.
 fn blob_table() -> TableDef {
-    let col = |name: &str, t| ColumnDef { name: name.into(), column_type: t };
     TableDef {
         name: BLOB_TABLE.into(),
         columns: vec![
-            col("version", ColumnType::Integer),
-            col("ownerId", ColumnType::Text),
-            col("blobId", ColumnType::Text),
-            col("mimeType", ColumnType::Text),
-            col("byteSize", ColumnType::Integer),
-            col("chunkSize", ColumnType::Integer),
-            col("chunks", ColumnType::Json),
-            col("sha256", ColumnType::Text),
-            col("createdAt", ColumnType::Text),
+            ColumnDef::new("version", ColumnType::Integer),
+            ColumnDef::new("ownerId", ColumnType::Text),
+            ColumnDef::new("blobId", ColumnType::Text),
+            ColumnDef::new("mimeType", ColumnType::Text),
+            ColumnDef::new("byteSize", ColumnType::Integer),
+            ColumnDef::new("chunkSize", ColumnType::Integer),
+            ColumnDef::new("chunks", ColumnType::Json),
+            ColumnDef::new("sha256", ColumnType::Text),
+            ColumnDef::new("createdAt", ColumnType::Text),
         ],
     }
 }
@@ -294,7 +300,7 @@ mod tests {
                 .into_iter()
                 .map(|(n, cols)| TableDef {
                     name: n.into(),
-                    columns: cols.into_iter().map(|(c, t)| ColumnDef { name: c.into(), column_type: t }).collect(),
+                    columns: cols.into_iter().map(|(c, t)| ColumnDef::new(c, t)).collect(),
                 })
                 .collect(),
         }

@@ -67,6 +67,18 @@ pub fn defer(conn: &Connection, e: &HeldEvent, now: u64) -> Result<(), StoreErro
     Ok(())
 }
 
+/// Reads a held event from `SELECT event_id, relay, envelope_json, reason, detail, <time>`.
+fn held_event(r: &rusqlite::Row<'_>) -> rusqlite::Result<HeldEvent> {
+    Ok(HeldEvent {
+        event_id: r.get(0)?,
+        relay: r.get(1)?,
+        envelope_json: r.get(2)?,
+        reason: r.get(3)?,
+        detail: r.get(4)?,
+        at: r.get(5)?,
+    })
+}
+
 /// Deferred events worth retrying now: time-based ones that are due, and — when
 /// `include_schema` — those waiting for the app's schema.
 pub fn due_deferred(conn: &Connection, now: u64, include_schema: bool) -> Result<Vec<HeldEvent>, StoreError> {
@@ -74,18 +86,7 @@ pub fn due_deferred(conn: &Connection, now: u64, include_schema: bool) -> Result
         "SELECT event_id, relay, envelope_json, reason, detail, retry_at FROM _sync_deferred
          WHERE (retry_at IS NOT NULL AND retry_at <= ?1) OR (?2 AND retry_at IS NULL) ORDER BY event_id",
     )?;
-    let rows = stmt
-        .query_map(params![now as i64, include_schema], |r| {
-            Ok(HeldEvent {
-                event_id: r.get(0)?,
-                relay: r.get(1)?,
-                envelope_json: r.get(2)?,
-                reason: r.get(3)?,
-                detail: r.get(4)?,
-                at: r.get(5)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = stmt.query_map(params![now as i64, include_schema], held_event)?.collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }
 
@@ -115,18 +116,7 @@ pub fn quarantined(conn: &Connection) -> Result<Vec<HeldEvent>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT event_id, relay, envelope_json, reason, detail, at FROM _sync_quarantine ORDER BY at, event_id",
     )?;
-    let rows = stmt
-        .query_map([], |r| {
-            Ok(HeldEvent {
-                event_id: r.get(0)?,
-                relay: r.get(1)?,
-                envelope_json: r.get(2)?,
-                reason: r.get(3)?,
-                detail: r.get(4)?,
-                at: r.get(5)?,
-            })
-        })?
-        .collect::<Result<Vec<_>, _>>()?;
+    let rows = stmt.query_map([], held_event)?.collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }
 

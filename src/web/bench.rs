@@ -32,15 +32,14 @@ fn unique(tag: &str) -> String {
 }
 
 fn schema() -> SchemaDef {
-    let col = |n: &str, t| ColumnDef { name: n.into(), column_type: t };
     SchemaDef {
         schema_version: 1,
         tables: vec![TableDef {
             name: "todos".into(),
             columns: vec![
-                col("title", ColumnType::Text),
-                col("done", ColumnType::Boolean),
-                col("position", ColumnType::Integer),
+                ColumnDef::new("title", ColumnType::Text),
+                ColumnDef::new("done", ColumnType::Boolean),
+                ColumnDef::new("position", ColumnType::Integer),
             ],
         }],
     }

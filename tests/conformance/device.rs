@@ -22,17 +22,16 @@ impl Transport for NoNetwork {
 }
 
 pub fn schema() -> SchemaDef {
-    let col = |n: &str, t| ColumnDef { name: n.into(), column_type: t };
     SchemaDef {
         schema_version: 1,
         tables: vec![TableDef {
             name: "todos".into(),
             columns: vec![
-                col("title", ColumnType::Text),
-                col("done", ColumnType::Boolean),
-                col("position", ColumnType::Integer),
-                col("image", ColumnType::Blob),
-                col("meta", ColumnType::Json),
+                ColumnDef::new("title", ColumnType::Text),
+                ColumnDef::new("done", ColumnType::Boolean),
+                ColumnDef::new("position", ColumnType::Integer),
+                ColumnDef::new("image", ColumnType::Blob),
+                ColumnDef::new("meta", ColumnType::Json),
             ],
         }],
     }

@@ -214,19 +214,18 @@ impl Transport for FaultyTransport {
 }
 
 pub fn todo_schema(version: u32, extra_tables: &[&str]) -> SchemaDef {
-    let col = |n: &str, t| ColumnDef { name: n.into(), column_type: t };
     let mut tables = vec![TableDef {
         name: "todos".into(),
         columns: vec![
-            col("title", ColumnType::Text),
-            col("done", ColumnType::Boolean),
-            col("position", ColumnType::Integer),
-            col("image", ColumnType::Blob),
-            col("meta", ColumnType::Json),
+            ColumnDef::new("title", ColumnType::Text),
+            ColumnDef::new("done", ColumnType::Boolean),
+            ColumnDef::new("position", ColumnType::Integer),
+            ColumnDef::new("image", ColumnType::Blob),
+            ColumnDef::new("meta", ColumnType::Json),
         ],
     }];
     for t in extra_tables {
-        tables.push(TableDef { name: (*t).into(), columns: vec![col("body", ColumnType::Text)] });
+        tables.push(TableDef { name: (*t).into(), columns: vec![ColumnDef::new("body", ColumnType::Text)] });
     }
     SchemaDef { schema_version: version, tables }
 }
