@@ -20,7 +20,7 @@ use crate::protocol::canonical::to_canonical_json;
 use crate::protocol::json::JsonString;
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
-use crate::store::{outbox, system};
+use crate::store::{outbox, system, StoreError};
 
 /// Longest accepted row id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -243,7 +243,10 @@ impl Engine {
         if let Some(text) = done {
             return match crate::protocol::parse_json(&text) {
                 Ok(Json::Array(rows)) => Ok(rows),
-                _ => Ok(Vec::new()),
+                _ => Err(StoreError::Corrupt(format!(
+                    "the recorded result of request {request_id:?} is not a JSON array"
+                ))
+                .into()),
             };
         }
         let now = self.now();

@@ -22,6 +22,9 @@ pub enum StoreError {
     /// The declared schema conflicts with the database.
     #[error(transparent)]
     Schema(#[from] crate::engine::schema::SchemaError),
+    /// A value the engine itself wrote reads back malformed.
+    #[error("corrupt local data: {0}")]
+    Corrupt(String),
 }
 
 /// Pragmas applied to every database file the engine opens: a write-ahead log (one sync per

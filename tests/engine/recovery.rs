@@ -317,3 +317,29 @@ fn the_seen_set_is_capped_at_50k_keeping_the_greatest_ids() {
     assert!(simplysync::store::inbox::already_handled(&conn, "00000123").unwrap());
     assert!(simplysync::store::inbox::already_handled(&conn, "00050122").unwrap());
 }
+
+#[tokio::test]
+async fn a_damaged_record_of_a_re_sent_write_is_a_storage_error_not_an_empty_answer() {
+    let path = temp_dir("requests").join("db.sqlite");
+    let spec = |db_path| DeviceSpec {
+        secret: "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8",
+        relays: vec![],
+        schema: todo_schema(1, &[]),
+        db_path: Some(db_path),
+        clock_ms: T0,
+    };
+    let d = Device::open(spec(path.clone()));
+    let ops = [simplysync::engine::Op::Insert { table: "todos".into(), row: todo("a", "once") }];
+    d.engine.transaction_once("tab-1:7", &ops).unwrap();
+    drop(d);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE _sync_requests SET result = '{\"not\":\"rows\"}' WHERE id = 'tab-1:7'", [])
+        .unwrap();
+
+    let d = Device::open(spec(path));
+    let err = d.engine.transaction_once("tab-1:7", &ops).unwrap_err();
+    assert_eq!(err.code(), "STORAGE");
+    assert!(err.to_string().contains("tab-1:7"), "{err}");
+    assert_eq!(d.todos().len(), 1, "the write itself is kept");
+}
