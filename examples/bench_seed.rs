@@ -42,8 +42,7 @@ mod native {
             entropy: Box::new(OsEntropy),
         };
         let conn = simplysync::store::open_memory().unwrap();
-        let engine =
-            Engine::open(conn, EngineConfig { secret: secret.clone(), relays: vec![relay], schema }, env).unwrap();
+        let engine = Engine::open(conn, EngineConfig::new(secret.clone(), vec![relay], schema), env).unwrap();
         for start in (0..n).step_by(10_000) {
             let ops: Vec<Op> = (start..(start + 10_000).min(n))
                 .map(|i| Op::Insert {

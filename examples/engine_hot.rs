@@ -43,7 +43,7 @@ mod native {
         let secret = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8".to_string();
         Engine::open(
             simplysync::store::open_memory().unwrap(),
-            EngineConfig { secret, relays: vec![relay.into()], schema: schema() },
+            EngineConfig::new(secret, vec![relay.into()], schema()),
             env,
         )
         .unwrap()

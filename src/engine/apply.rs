@@ -17,6 +17,7 @@ use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
+use crate::store::purged;
 use crate::store::rows::{self, RowData};
 
 /// Why an event was deferred (retried later) — stable codes.
@@ -159,6 +160,16 @@ impl Engine {
                 // Within the drift bound (checked above), so this cannot fail; the clock now
                 // sorts later local writes after this event.
                 let _ = self.observe_hlc(&payload.hlc);
+                // A purged row stays purged: an older version still on a relay (or held here)
+                // does not bring it back.
+                if self.purge_records.get() {
+                    if let Some(at) = purged::purged_at(tx, &payload.table, &payload.row_id)? {
+                        if env.event_id.as_str() <= at.as_str() {
+                            inbox::mark_seen(tx, &env.event_id)?;
+                            return Ok(Outcome::Stale);
+                        }
+                    }
+                }
                 let table = self.schema.table(&payload.table).expect("classified");
                 let written = rows::write_row(tx, table, &row, rows::WriteMode::IfNewer)?;
                 inbox::mark_seen(tx, &env.event_id)?;

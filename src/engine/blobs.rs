@@ -12,15 +12,15 @@ use rusqlite::types::Value;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
 use super::mutate::row_json;
-use super::relay_api::RelayApi;
 use super::schema::BLOB_TABLE;
-use super::sync::PassError;
+use super::sync::{PassError, RelayPassReport};
 use super::values::to_sql;
 use super::{Engine, EngineError};
 use crate::protocol::blob::{BlobManifest, BlobOptions, EncryptedBlob};
 use crate::protocol::time::iso8601_from_ms;
 use crate::protocol::{decrypt_blob_chunk, encrypt_blob, Identity, Json};
 use crate::store::rows::{self, RowData};
+use crate::store::set_aside::{self, Kind};
 
 impl Engine {
     /// Stores `bytes` as an encrypted blob and returns its manifest (`blobId` identifies it).
@@ -31,6 +31,7 @@ impl Engine {
         chunk_size: Option<usize>,
     ) -> Result<BlobManifest, EngineError> {
         let identity = self.identity();
+        self.check_chunk_size(chunk_size.unwrap_or(crate::protocol::blob::DEFAULT_CHUNK_SIZE))?;
         let opts = BlobOptions { mime_type: mime_type.to_owned(), chunk_size };
         let sealed =
             encrypt_blob(&identity, bytes, &opts, &iso8601_from_ms(self.now()), self.rng.borrow_mut().as_mut())?;
@@ -104,8 +105,7 @@ impl Engine {
         }
         let mut reasons = Vec::new();
         for url in self.relay_urls() {
-            let api = RelayApi::new(self.transport.as_ref(), &url, identity.owner_id(), identity.relay_auth());
-            match api.blob_get(&chunk.hash).await {
+            match self.api(&url, identity).blob_get(&chunk.hash).await {
                 Ok(Some(bytes)) => {
                     // Verify before caching: a relay cannot plant bytes under a hash.
                     decrypt_blob_chunk(identity, m, index, &bytes)?;
@@ -154,13 +154,15 @@ impl Engine {
         Ok(crate::protocol::decrypt_blob(identity, m, &stored)?)
     }
 
-    /// Uploads every chunk this device holds that `url` has not confirmed (HEAD, then PUT).
-    pub(crate) async fn upload_blob_chunks(&self, url: &str) -> Result<(), PassError> {
+    /// Uploads every chunk this device holds that `url` has not confirmed (HEAD, then PUT). A
+    /// chunk the relay refuses on its own (413) is set aside for that relay.
+    pub(crate) async fn upload_blob_chunks(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
         let hashes: Vec<String> = {
             let db = self.db.borrow();
             let mut stmt = db.prepare_cached(
                 "SELECT hash FROM _sync_blob_chunks c
                  WHERE NOT EXISTS (SELECT 1 FROM _sync_blob_uploads u WHERE u.relay = ?1 AND u.hash = c.hash)
+                   AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'chunk' AND s.item = c.hash)
                  ORDER BY blob_id, idx",
             )?;
             let hashes = stmt.query_map([url], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
@@ -170,7 +172,7 @@ impl Engine {
             return Ok(());
         }
         let identity = self.identity();
-        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
+        let api = self.api(url, &identity);
         for hash in hashes {
             if !api.blob_exists(&hash).await? {
                 let bytes: Value = self
@@ -179,7 +181,17 @@ impl Engine {
                     .prepare_cached("SELECT bytes FROM _sync_blob_chunks WHERE hash = ?1")?
                     .query_row([&hash], |r| r.get(0))?;
                 let Value::Blob(bytes) = bytes else { continue };
-                api.blob_put(&hash, bytes).await?;
+                match api.blob_put(&hash, bytes).await {
+                    Ok(()) => {}
+                    Err(f) if f.is_too_large() => {
+                        let reason = format!("blob chunk {hash} refused by the relay: {}", f.message());
+                        let now = self.now();
+                        self.write(|tx| Ok(set_aside::set_aside(tx, url, Kind::Chunk, &hash, &reason, now)?))?;
+                        report.set_aside += 1;
+                        continue;
+                    }
+                    Err(f) => return Err(f.into()),
+                }
             }
             self.write(|tx| {
                 tx.execute(

@@ -97,6 +97,45 @@ pub enum EngineError {
     /// The local database failed.
     #[error("local database: {0}")]
     Store(#[from] StoreError),
+    /// A row version whose sealed event no relay would store (over `maxEventBytes`).
+    #[error(
+        "{table} row {id:?} would be a {size}-byte event, over the relays' limit of {limit} bytes \
+         (maxEventBytes); nothing was written — keep large content in a blob (putBlob)"
+    )]
+    RowTooLarge {
+        /// Table.
+        table: String,
+        /// Row id.
+        id: String,
+        /// The sealed event's size as stored JSON.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// A blob chunk size whose stored chunks no relay would store (over `maxBlobBytes`).
+    #[error(
+        "chunkSize {chunk_size} makes stored chunks larger than the relays' limit of {limit} bytes \
+         (maxBlobBytes); use a chunkSize of at most {max}"
+    )]
+    ChunkTooLarge {
+        /// The chunk size asked for.
+        chunk_size: usize,
+        /// The largest chunk size that fits.
+        max: usize,
+        /// The limit on stored chunks.
+        limit: usize,
+    },
+    /// An engine option out of range.
+    #[error("invalid option {name}: {reason}")]
+    InvalidOption {
+        /// The option's name, as JavaScript spells it.
+        name: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// `confirmRekey()` without a re-key waiting for confirmation.
+    #[error("no re-key is waiting for confirmation")]
+    NoPendingRekey,
 }
 
 impl From<rusqlite::Error> for EngineError {
@@ -116,6 +155,7 @@ impl EngineError {
                 IdentityError::UnknownWord { .. } => "SECRET_UNKNOWN_WORD",
                 IdentityError::BadChecksum => "SECRET_CHECKSUM",
                 IdentityError::InvalidRecoveryKey { .. } => "SECRET_INVALID_KEY",
+                IdentityError::InvalidPhrase { .. } => "SECRET_INVALID_PHRASE",
             },
             EngineError::OwnerMismatch { .. } => "OWNER_MISMATCH",
             EngineError::UnknownTable(_) => "UNKNOWN_TABLE",
@@ -132,6 +172,10 @@ impl EngineError {
             EngineError::Crypto(_) => "CRYPTO",
             EngineError::Rekey(_) => "REKEY_REFUSED",
             EngineError::Store(_) => "STORAGE",
+            EngineError::RowTooLarge { .. } => "ROW_TOO_LARGE",
+            EngineError::ChunkTooLarge { .. } => "CHUNK_TOO_LARGE",
+            EngineError::InvalidOption { .. } => "INVALID_ARGUMENT",
+            EngineError::NoPendingRekey => "NO_PENDING_REKEY",
         }
     }
 }

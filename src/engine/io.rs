@@ -48,6 +48,9 @@ pub struct HttpRequest {
     pub content_type: Option<&'static str>,
     /// Body bytes.
     pub body: Option<Vec<u8>>,
+    /// The request's deadline, in ms: a transport that has no answer (body included) by then
+    /// gives up with a [`TransportError`].
+    pub timeout_ms: u32,
 }
 
 /// A relay's answer.
@@ -57,6 +60,15 @@ pub struct HttpResponse {
     pub status: u16,
     /// Body bytes (empty for HEAD).
     pub body: Vec<u8>,
+    /// The `Retry-After` header, if the relay sent one (seconds, or an HTTP date).
+    pub retry_after: Option<String>,
+}
+
+impl HttpResponse {
+    /// An answer without a `Retry-After` header.
+    pub fn new(status: u16, body: impl Into<Vec<u8>>) -> HttpResponse {
+        HttpResponse { status, body: body.into(), retry_after: None }
+    }
 }
 
 /// A request that got no HTTP answer.

@@ -13,18 +13,25 @@
 
 pub mod error;
 pub mod io;
-pub mod schema;
 pub mod values;
 
+/// The app's declared schema (kept in the store layer, which creates the tables).
+pub use crate::store::schema;
+
 mod apply;
+mod backoff;
 mod blobs;
 mod events;
+mod limits;
 mod mutate;
+mod pull;
 mod purge;
+mod push;
 mod read;
 mod rekey;
 mod relay;
 mod relay_api;
+mod relay_set;
 mod sync;
 
 use std::cell::{Cell, RefCell};
@@ -32,17 +39,19 @@ use std::rc::Rc;
 
 use rusqlite::Connection;
 
+pub use backoff::{retry_ceiling_ms, retry_delay_ms, MAX_RETRY_DELAY_MS, POLL_BASE_MS};
 pub use error::EngineError;
 pub use events::{ChangeEvent, ChangeSource, Progress, RowChange};
+pub use limits::{EngineOptions, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
 pub use mutate::Op;
 pub use read::ListOptions;
-pub use relay::{RelayErrorInfo, RelayState, RelayStatus};
-pub use sync::{PullTimings, RelayPassReport, SyncReport, SyncTrigger};
+pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
+pub use sync::{PullTimings, RelayPassReport, SyncReport, SyncTrigger, MAX_PUSH_BYTES, RESEED_WINDOW_MS};
 
 use crate::protocol::entropy::{random_bytes, Entropy};
 use crate::protocol::hlc::validate_device_id;
 use crate::protocol::{base64url, Hlc, HlcClock, Identity, Secret};
-use crate::store::{rows, system};
+use crate::store::{rows, system, StoreError};
 use events::Listeners;
 use io::{Clock, Transport};
 use relay::RelayRuntime;
@@ -54,10 +63,26 @@ pub struct EngineConfig {
     /// Recovery phrase or `sf1_` key.
     pub secret: String,
     /// Relay base URLs. Each URL is an opaque key: `https://r.example` and
-    /// `https://r.example/` are different relays.
-    pub relays: Vec<String>,
+    /// `https://r.example/` are different relays. Relays added or removed at run time
+    /// ([`Engine::add_relay`], [`Engine::remove_relay`]) are remembered on top of this list.
+    /// `None` uses the set the database was last opened with (tools that only read or write).
+    pub relays: Option<Vec<String>>,
     /// The app's schema.
     pub schema: SchemaDef,
+    /// Limits and timeouts.
+    pub options: EngineOptions,
+}
+
+impl EngineConfig {
+    /// A configuration with the default [`EngineOptions`].
+    pub fn new(secret: impl Into<String>, relays: Vec<String>, schema: SchemaDef) -> EngineConfig {
+        EngineConfig { secret: secret.into(), relays: Some(relays), schema, options: EngineOptions::default() }
+    }
+
+    /// A configuration that keeps the relay set stored in the database.
+    pub fn with_stored_relays(secret: impl Into<String>, schema: SchemaDef) -> EngineConfig {
+        EngineConfig { secret: secret.into(), relays: None, schema, options: EngineOptions::default() }
+    }
 }
 
 /// The engine's I/O.
@@ -66,7 +91,7 @@ pub struct Env {
     pub transport: Rc<dyn Transport>,
     /// Wall clock.
     pub clock: Rc<dyn Clock>,
-    /// Randomness (nonces, ids).
+    /// Randomness (nonces, ids, retry jitter).
     pub entropy: Box<dyn Entropy>,
 }
 
@@ -74,13 +99,6 @@ impl std::fmt::Debug for Env {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Env")
     }
-}
-
-/// Points where tests make the engine fail as a crash would (never set in production).
-#[derive(Debug, Default)]
-pub struct Faults {
-    /// Fail right after a pulled page committed, before its cursor is saved.
-    pub crash_after_page_commit: bool,
 }
 
 struct Keys {
@@ -92,6 +110,7 @@ struct Keys {
 pub struct Engine {
     db: RefCell<Connection>,
     schema: Schema,
+    options: EngineOptions,
     keys: RefCell<Keys>,
     device_id: String,
     clock: RefCell<HlcClock>,
@@ -101,11 +120,13 @@ pub struct Engine {
     rng: RefCell<Box<dyn Entropy>>,
     listeners: Listeners,
     sync_lock: futures_util::lock::Mutex<()>,
+    /// An automatic pass is waiting for the running one (at most one is ever queued).
+    pass_waiting: Cell<bool>,
     schema_retry_pending: Cell<bool>,
+    /// Whether `_sync_purged` may hold rows (skips a lookup per applied event when not).
+    purge_records: Cell<bool>,
     /// Time spent classifying (decrypting) events of the page being applied, for timings.
     decrypt_ms: Cell<f64>,
-    /// Test-only fault injection.
-    pub faults: RefCell<Faults>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -138,26 +159,26 @@ pub fn validate_relay_url(url: &str) -> Result<(), EngineError> {
 }
 
 impl Engine {
-    /// Opens an engine on `conn`: creates/extends the tables, checks that the database belongs
-    /// to the secret's owner, and resumes the device's clock. Makes no request.
+    /// Opens an engine on `conn`: checks that the database belongs to the secret's owner (or
+    /// finishes a re-key hand-over, see [`Engine::rekey`]), creates/extends the tables, resumes
+    /// the device's clock and reconciles the relay set. Makes no request. A secret of another
+    /// owner fails with `OWNER_MISMATCH` before any app table is touched.
     pub fn open(mut conn: Connection, config: EngineConfig, mut env: Env) -> Result<Engine, EngineError> {
+        config.options.validate()?;
         let schema_json = serde_json::to_string(&config.schema).expect("schemas serialize");
         let schema = Schema::new(config.schema)?;
         let secret = Secret::parse(&config.secret)?;
         let identity = secret.identity();
-        for url in &config.relays {
-            validate_relay_url(url)?;
-        }
+        let relays = config.relays.as_deref().map(relay_set::normalize).transpose()?;
         conn.set_prepared_statement_cache_capacity(256);
         system::create_system_tables(&conn)?;
+        let stored_owner = system::meta_get(&conn, "owner_id")?;
+        let handover = rekey::Handover::load(&conn)?;
+        let opening = rekey::opening_as(stored_owner.as_deref(), handover.as_ref(), identity.owner_id())?;
         system::migrate_app_tables(&mut conn, &schema)?;
         system::meta_set(&conn, "schema", &schema_json)?;
-        match system::meta_get(&conn, "owner_id")? {
-            Some(stored) if stored != identity.owner_id() => {
-                return Err(EngineError::OwnerMismatch { stored, given: identity.owner_id().to_owned() });
-            }
-            Some(_) => {}
-            None => system::meta_set(&conn, "owner_id", identity.owner_id())?,
+        if stored_owner.is_none() {
+            system::meta_set(&conn, "owner_id", identity.owner_id())?;
         }
         let device_id = match system::meta_get(&conn, "device_id")? {
             Some(d) => d,
@@ -169,35 +190,36 @@ impl Engine {
                 d
             }
         };
-        validate_device_id(&device_id)
-            .map_err(|e| EngineError::Store(crate::store::StoreError::Opfs(e.to_string())))?;
+        validate_device_id(&device_id).map_err(|e| {
+            StoreError::Corrupt(format!("the stored device id {device_id:?} is not a valid device id: {e}"))
+        })?;
         let last_clock = system::meta_get(&conn, "hlc")?.and_then(|s| Hlc::parse(&s).ok());
         let last_row = rows::max_updated_at(&conn, schema.tables())?.and_then(|s| Hlc::parse(&s).ok());
         let last_queued = crate::store::outbox::max_event_id(&conn)?.and_then(|s| Hlc::parse(&s).ok());
         let last = last_clock.max(last_row).max(last_queued);
         let clock = HlcClock::resume(&device_id, last.as_ref()).expect("device id validated");
-        let mut relays = Vec::new();
-        for url in &config.relays {
-            let mut r = RelayRuntime::new(url);
-            r.last_sync_at = system::meta_get(&conn, &format!("synced:{url}"))?.and_then(|t| t.parse().ok());
-            relays.push(r);
-        }
-        Ok(Engine {
+        let purge_records = crate::store::purged::any(&conn)?;
+        let engine = Engine {
             db: RefCell::new(conn),
             schema,
+            options: config.options,
             keys: RefCell::new(Keys { secret, identity }),
             device_id,
             clock: RefCell::new(clock),
-            relays: RefCell::new(relays),
+            relays: RefCell::new(Vec::new()),
             transport: env.transport,
             wall: env.clock,
             rng: RefCell::new(env.entropy),
             listeners: Listeners::default(),
             sync_lock: futures_util::lock::Mutex::new(()),
+            pass_waiting: Cell::new(false),
             schema_retry_pending: Cell::new(true),
+            purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
-            faults: RefCell::new(Faults::default()),
-        })
+        };
+        engine.reconcile_relays(relays.as_deref())?;
+        engine.finish_handover(opening, handover)?;
+        Ok(engine)
     }
 
     /// The public owner id.
@@ -220,13 +242,22 @@ impl Engine {
         &self.schema
     }
 
-    /// Configured relay URLs.
-    pub fn relay_urls(&self) -> Vec<String> {
-        self.relays.borrow().iter().map(|r| r.url.clone()).collect()
+    /// The limits and timeouts this engine was opened with.
+    pub fn options(&self) -> EngineOptions {
+        self.options
     }
 
     fn now(&self) -> u64 {
         self.wall.now_ms()
+    }
+
+    /// A uniformly random number in `0..=max` (retry jitter).
+    fn random_up_to(&self, max: u64) -> u64 {
+        let bytes = random_bytes::<8>(self.rng.borrow_mut().as_mut()).unwrap_or([0; 8]);
+        if max == u64::MAX {
+            return u64::from_le_bytes(bytes);
+        }
+        u64::from_le_bytes(bytes) % (max + 1)
     }
 
     fn identity(&self) -> Identity {

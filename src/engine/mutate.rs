@@ -162,6 +162,7 @@ impl Engine {
     ) -> Result<Option<RowData>, EngineError> {
         let now = self.now();
         row.updated_at = self.clock.borrow_mut().now(now).to_string();
+        self.check_event_size(table, &row)?;
         if !rows::write_row(tx, table, &row, mode)? {
             return Ok(None);
         }

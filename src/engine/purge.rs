@@ -4,11 +4,10 @@
 use rusqlite::params;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
-use super::relay_api::RelayApi;
 use super::schema::BLOB_TABLE;
 use super::sync::PassError;
 use super::{Engine, EngineError};
-use crate::store::{outbox, rows};
+use crate::store::{outbox, purged, rows};
 
 /// Stream ids per `POST /v1/streams/compact` (the default `MAX_STREAMS_PER_COMPACT`).
 pub const PURGE_BATCH: u32 = 500;
@@ -44,9 +43,7 @@ impl Engine {
             let mut purged = Vec::new();
             for (table, id) in &targets {
                 let t = self.table(table)?;
-                if !rows::delete_row(tx, t, id)? {
-                    continue;
-                }
+                let Some(version) = rows::delete_row(tx, t, id)? else { continue };
                 // A queued event of a purged row must not resurrect it elsewhere.
                 outbox::drop_row_events(tx, table, id)?;
                 if table == BLOB_TABLE {
@@ -57,6 +54,7 @@ impl Engine {
                     tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [id])?;
                 }
                 let stream = identity.stream_id(table, id);
+                purged::record(tx, table, id, &stream, &version, now)?;
                 for relay in &relays {
                     tx.prepare_cached(
                         "INSERT OR IGNORE INTO _sync_purge (relay, stream_id, enqueued_at) VALUES (?1, ?2, ?3)",
@@ -68,6 +66,9 @@ impl Engine {
             Ok(purged)
         })?;
         let n = purged.len() as u64;
+        if n > 0 {
+            self.purge_records.set(true);
+        }
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, purged));
         Ok(n)
     }
@@ -77,23 +78,32 @@ impl Engine {
         Ok(self.db.borrow().query_row("SELECT count(*) FROM _sync_purge", [], |r| r.get::<_, i64>(0))? as u64)
     }
 
+    /// Sends the purge queue of `url` (`POST /v1/streams/compact`), halving the batch when
+    /// the relay answers 413 (a smaller `MAX_STREAMS_PER_COMPACT`).
     pub(crate) async fn flush_purges(&self, url: &str) -> Result<(), PassError> {
         let identity = self.identity();
-        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
+        let api = self.api(url, &identity);
+        let mut limit = PURGE_BATCH;
         loop {
             let ids: Vec<String> = {
                 let db = self.db.borrow();
                 let mut stmt = db
                     .prepare_cached("SELECT stream_id FROM _sync_purge WHERE relay = ?1 ORDER BY stream_id LIMIT ?2")?;
-                let ids =
-                    stmt.query_map(params![url, PURGE_BATCH], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+                let ids = stmt.query_map(params![url, limit], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
                 ids
             };
             if ids.is_empty() {
                 return Ok(());
             }
             // 200, or 404 (the relay never had this owner): either way nothing is left to drop.
-            api.compact(&ids).await?;
+            match api.compact(&ids).await {
+                Ok(_) => {}
+                Err(f) if f.is_too_large() && ids.len() > 1 => {
+                    limit = (ids.len() as u32 / 2).max(1);
+                    continue;
+                }
+                Err(f) => return Err(f.into()),
+            }
             self.write(|tx| {
                 let mut del = tx.prepare_cached("DELETE FROM _sync_purge WHERE relay = ?1 AND stream_id = ?2")?;
                 for id in &ids {

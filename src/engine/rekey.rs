@@ -1,22 +1,108 @@
 //! Re-key: move every current row to a new owner (a new secret), then close the old owner on
-//! each relay — "Close is the last step of a re-key". Blobs are re-sealed under the new key in
-//! place (same blob ids), so rows that refer to them stay valid. Nothing is changed locally
-//! until every blob's bytes are in hand; the old owner is closed on a relay only after that
-//! relay acknowledged the new owner's rows, and a relay that is down gets the close later.
+//! each relay — "Close is the last step of a re-key" — in two phases, so that a crash or a
+//! closed tab never strands the user between two secrets:
+//!
+//! 1. [`Engine::rekey`] gets every blob's bytes in hand (nothing changes before that), then in
+//!    one transaction moves the local data to the new owner (outbox rebuilt; blobs, deferred
+//!    events and queued closes re-sealed) and writes a *hand-over record*: each secret sealed
+//!    under the other one's data key. It then pushes everything to the new owner. The old owner
+//!    is left as it is on the relays.
+//! 2. [`Engine::confirm_rekey`] — called once the app has stored the new secret — queues the
+//!    close of the old owner on every relay and drops the record.
+//!
+//! Opening the database with the **new** secret while the record exists confirms (step 2).
+//! Opening it with the **old** secret aborts: the data moves back to the old owner, and the new
+//! owner (whose secret nobody kept) is closed on the relays. Any other secret is
+//! `OWNER_MISMATCH`. Blobs keep their ids (rows that refer to them stay valid).
+
+use rusqlite::Connection;
+use serde::{Deserialize, Serialize};
 
 use super::schema::BLOB_TABLE;
-use super::sync::{SyncReport, SyncTrigger};
+use super::sync::{PassError, SyncReport, SyncTrigger};
 use super::{Engine, EngineError, Keys};
-use crate::protocol::blob::BlobOptions;
+use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::envelope::{decrypt_envelope_bytes, encrypt_plaintext, EventMeta};
 use crate::protocol::json_parse::parse_json_bytes;
-use crate::protocol::{encrypt_blob_with_id, Secret, SyncEnvelope};
-use crate::store::{inbox, outbox, rows, system};
+use crate::protocol::sealed_box::{open_value, seal_value};
+use crate::protocol::{decrypt_blob, encrypt_blob_with_id, Identity, Secret, SyncEnvelope};
+use crate::store::{inbox, outbox, system, StoreError};
+
+/// The `_sync_meta` key of the hand-over record.
+const HANDOVER_KEY: &str = "rekey";
+
+/// A re-key waiting for confirmation: both owners, and each secret sealed under the other
+/// owner's data key (so either secret can finish or undo it, and neither is at rest in
+/// plaintext).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub(crate) struct Handover {
+    from: String,
+    to: String,
+    /// The old secret, sealed under the new owner's data key.
+    from_secret: String,
+    /// The new secret, sealed under the old owner's data key.
+    to_secret: String,
+}
+
+fn secret_aad(which: &str, h_from: &str, h_to: &str) -> String {
+    format!("simplysync-rekey-v1:{which}:{h_from}:{h_to}")
+}
+
+fn close_aad(owner_id: &str) -> String {
+    format!("simplysync-close-v1:{owner_id}")
+}
+
+impl Handover {
+    pub(crate) fn load(conn: &Connection) -> Result<Option<Handover>, EngineError> {
+        let Some(text) = system::meta_get(conn, HANDOVER_KEY)? else { return Ok(None) };
+        serde_json::from_str(&text)
+            .map(Some)
+            .map_err(|e| StoreError::Corrupt(format!("the re-key hand-over record is unreadable: {e}")).into())
+    }
+
+    /// Opens the other side's secret with `identity` (either owner of the hand-over).
+    fn other_secret(&self, identity: &Identity) -> Result<Secret, EngineError> {
+        let (which, sealed) =
+            if identity.owner_id() == self.to { ("from", &self.from_secret) } else { ("to", &self.to_secret) };
+        let bytes = open_value(identity, &secret_aad(which, &self.from, &self.to), sealed).map_err(|e| {
+            StoreError::Corrupt(format!("the re-key hand-over record does not open with this secret: {e}"))
+        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| StoreError::Corrupt("the re-key hand-over record holds a non-UTF-8 secret".into()))?;
+        Ok(Secret::parse(&text)?)
+    }
+}
+
+/// What opening the database with a secret means.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Opening {
+    /// A new database, or the owner's own secret.
+    Plain,
+    /// The new secret of a pending re-key: confirm it.
+    Confirm,
+    /// The old secret of a pending re-key: undo it.
+    Abort,
+}
+
+pub(crate) fn opening_as(
+    stored: Option<&str>,
+    handover: Option<&Handover>,
+    given: &str,
+) -> Result<Opening, EngineError> {
+    match (stored, handover) {
+        (None, _) => Ok(Opening::Plain),
+        (Some(_), Some(h)) if h.to == given => Ok(Opening::Confirm),
+        (Some(_), Some(h)) if h.from == given => Ok(Opening::Abort),
+        (Some(s), None) if s == given => Ok(Opening::Plain),
+        (Some(s), _) => Err(EngineError::OwnerMismatch { stored: s.to_owned(), given: given.to_owned() }),
+    }
+}
 
 impl Engine {
-    /// Re-encrypts everything under `new_secret`, pushes it, and closes the old owner on every
-    /// relay. The app must use `new_secret` from now on (opening with the old one fails with
-    /// `OWNER_MISMATCH`).
+    /// Re-encrypts everything under `new_secret` and pushes it to the new owner; the old owner
+    /// stays open until [`Engine::confirm_rekey`] (or the next open with `new_secret`). Store
+    /// `new_secret` first, then confirm. Until then, opening with the old secret undoes it.
     pub async fn rekey(&self, new_secret: &str) -> Result<SyncReport, EngineError> {
         let secret = Secret::parse(new_secret)?;
         let new_id = secret.identity();
@@ -26,83 +112,263 @@ impl Engine {
         }
         {
             let _guard = self.sync_lock.lock().await;
+            if let Some(h) = Handover::load(&self.db.borrow())? {
+                return Err(EngineError::Rekey(format!(
+                    "a re-key to owner {} waits for confirmRekey(); confirm it first (or reopen with the old \
+                     secret to undo it)",
+                    h.to
+                )));
+            }
             // 1. Every blob's plaintext, before anything changes (fetching chunks if needed).
-            let blob_table = self.table(BLOB_TABLE)?;
-            let blob_rows: Vec<String> = rows::all_rows(&self.db.borrow(), blob_table)?
-                .into_iter()
-                .filter(|r| !r.deleted)
-                .map(|r| r.id)
-                .collect();
             let mut blobs = Vec::new();
-            for id in blob_rows {
-                let m = self.blob_manifest(&id)?;
+            for m in self.live_blob_manifests()? {
                 let data = self.blob_plaintext(&old, &m).await.map_err(|e| {
-                    EngineError::Rekey(format!("blob {id} must be re-sealed but its bytes are not available: {e}"))
+                    EngineError::Rekey(format!(
+                        "blob {} must be re-sealed but its bytes are not available: {e}",
+                        m.blob_id
+                    ))
                 })?;
                 blobs.push((m, data));
             }
-            // 2. Switch locally, in one transaction.
-            let relays = self.relay_urls();
-            let now = self.now();
-            self.write(|tx| {
-                outbox::clear(tx)?;
-                tx.execute_batch("DELETE FROM _sync_blob_uploads; DELETE FROM _sync_purge;")?;
-                let old_owner = serde_json::json!({ "ownerId": old.owner_id(), "token": old.relay_auth() }).to_string();
-                for url in &relays {
-                    for key in ["cursor", "epoch", "push"] {
-                        system::meta_delete(tx, &format!("{key}:{url}"))?;
-                    }
-                    system::meta_set(tx, &format!("pending_close:{url}"), &old_owner)?;
-                    system::meta_set(tx, &format!("backfill:{url}"), &now.to_string())?;
-                }
-                system::meta_set(tx, "owner_id", new_id.owner_id())?;
-                for held in inbox::all_deferred(tx)? {
-                    let Ok(mut env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else { continue };
-                    let Ok(plain) = decrypt_envelope_bytes(&old, &env) else { continue };
-                    let json = parse_json_bytes(&plain).ok();
-                    let row =
-                        |k: &str| json.as_ref().and_then(|j| j.get(k)).and_then(|v| v.as_str().map(str::to_owned));
-                    let stream_id = match (row("table"), row("rowId")) {
-                        (Some(t), Some(r)) => Some(new_id.stream_id(&t, &r)),
-                        _ => None,
-                    };
-                    let meta = EventMeta {
-                        event_id: env.event_id.clone(),
-                        device_id: env.device_id.clone(),
-                        created_at: env.created_at.clone(),
-                        stream_id,
-                    };
-                    env = encrypt_plaintext(&new_id, &meta, &plain, self.rng.borrow_mut().as_mut())?;
-                    tx.execute(
-                        "UPDATE _sync_deferred SET envelope_json = ?2 WHERE event_id = ?1",
-                        rusqlite::params![held.event_id, serde_json::to_string(&env).expect("envelopes serialize")],
-                    )?;
-                }
-                for (m, data) in &blobs {
-                    tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [&m.blob_id])?;
-                    let opts =
-                        BlobOptions { mime_type: m.mime_type.clone(), chunk_size: Some(m.chunk_size.max(1) as usize) };
-                    let sealed = encrypt_blob_with_id(
+            // 2. Switch locally, with the hand-over record, in one transaction.
+            let handover = {
+                let mut rng = self.rng.borrow_mut();
+                let (from, to) = (old.owner_id().to_owned(), new_id.owner_id().to_owned());
+                Handover {
+                    from_secret: seal_value(
                         &new_id,
-                        data,
-                        &opts,
-                        &m.blob_id,
-                        &m.created_at,
-                        self.rng.borrow_mut().as_mut(),
-                    )?;
-                    self.store_sealed_blob(tx, &sealed)?;
+                        &secret_aad("from", &from, &to),
+                        self.keys.borrow().secret.expose().as_bytes(),
+                        rng.as_mut(),
+                    )?,
+                    to_secret: seal_value(
+                        &old,
+                        &secret_aad("to", &from, &to),
+                        secret.expose().as_bytes(),
+                        rng.as_mut(),
+                    )?,
+                    from,
+                    to,
                 }
-                self.enqueue_current_rows(tx, &[])?;
-                self.persist_clock(tx)?;
+            };
+            self.write(|tx| {
+                self.switch_owner(tx, &old, &new_id, &blobs)?;
+                system::meta_set(tx, HANDOVER_KEY, &serde_json::to_string(&handover).expect("records serialize"))?;
                 Ok(())
             })?;
             // Only once the switch committed does the engine speak as the new owner.
             *self.keys.borrow_mut() = Keys { secret, identity: new_id };
         }
-        for url in self.relay_urls() {
-            self.with_relay(&url, |r| *r = super::relay::RelayRuntime::new(&url));
-        }
-        // 3. Push to the new owner; each relay's pass ends by closing the old owner there.
+        self.reset_relay_states();
+        // 3. Push to the new owner.
         self.sync(SyncTrigger::Manual).await
     }
+
+    /// Finishes a re-key once the app stored the new secret: queues the close of the old owner
+    /// on every relay and runs a pass (a relay that is down gets the close on a later pass).
+    pub async fn confirm_rekey(&self) -> Result<SyncReport, EngineError> {
+        {
+            let _guard = self.sync_lock.lock().await;
+            let handover = Handover::load(&self.db.borrow())?.ok_or(EngineError::NoPendingRekey)?;
+            self.confirm(&handover)?;
+        }
+        self.sync(SyncTrigger::Manual).await
+    }
+
+    /// The owner a re-key waiting for [`Engine::confirm_rekey`] moved to, if any.
+    pub fn pending_rekey(&self) -> Result<Option<String>, EngineError> {
+        Ok(Handover::load(&self.db.borrow())?.map(|h| h.to))
+    }
+
+    fn confirm(&self, handover: &Handover) -> Result<(), EngineError> {
+        let current = self.identity();
+        let old = handover.other_secret(&current)?.identity();
+        self.write(|tx| {
+            self.queue_close(tx, &old, &current)?;
+            system::meta_delete(tx, HANDOVER_KEY)?;
+            Ok(())
+        })
+    }
+
+    /// Completes a hand-over found when the database was opened (see the module docs).
+    pub(crate) fn finish_handover(&self, opening: Opening, handover: Option<Handover>) -> Result<(), EngineError> {
+        let Some(handover) = handover else { return Ok(()) };
+        match opening {
+            Opening::Plain => Ok(()),
+            Opening::Confirm => self.confirm(&handover),
+            Opening::Abort => {
+                let current = self.identity();
+                let abandoned = handover.other_secret(&current)?.identity();
+                let mut blobs = Vec::new();
+                for m in self.live_blob_manifests()? {
+                    if let Some(data) = self.local_blob_plaintext(&abandoned, &m)? {
+                        blobs.push((m, data));
+                    }
+                }
+                self.write(|tx| {
+                    self.switch_owner(tx, &abandoned, &current, &blobs)?;
+                    system::meta_set(tx, "owner_id", current.owner_id())?;
+                    // Nobody kept the new owner's secret: close it so its copy does not linger.
+                    self.queue_close(tx, &abandoned, &current)?;
+                    system::meta_delete(tx, HANDOVER_KEY)?;
+                    Ok(())
+                })
+            }
+        }
+    }
+
+    fn live_blob_manifests(&self) -> Result<Vec<BlobManifest>, EngineError> {
+        let blob_table = self.table(BLOB_TABLE)?;
+        let ids: Vec<String> = crate::store::rows::all_rows(&self.db.borrow(), blob_table)?
+            .into_iter()
+            .filter(|r| !r.deleted)
+            .map(|r| r.id)
+            .collect();
+        ids.iter().map(|id| self.blob_manifest(id)).collect()
+    }
+
+    /// A blob's plaintext from the chunks held locally, if all are.
+    fn local_blob_plaintext(&self, identity: &Identity, m: &BlobManifest) -> Result<Option<Vec<u8>>, EngineError> {
+        let db = self.db.borrow();
+        let mut stmt = db.prepare_cached("SELECT bytes FROM _sync_blob_chunks WHERE hash = ?1")?;
+        let mut stored = Vec::with_capacity(m.chunks.len());
+        for c in &m.chunks {
+            match stmt.query_row([&c.hash], |r| r.get::<_, Vec<u8>>(0)) {
+                Ok(b) => stored.push(b),
+                Err(rusqlite::Error::QueryReturnedNoRows) => return Ok(None),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(decrypt_blob(identity, m, &stored).ok())
+    }
+
+    /// Moves the local data from owner `from` to owner `to` inside `tx`: the outbox is rebuilt
+    /// with one event per current row, relays are backfilled from scratch, and blobs, deferred
+    /// events and queued closes are re-sealed under `to`.
+    fn switch_owner(
+        &self,
+        tx: &Connection,
+        from: &Identity,
+        to: &Identity,
+        blobs: &[(BlobManifest, Vec<u8>)],
+    ) -> Result<(), EngineError> {
+        let relays = self.relay_urls();
+        let now = self.now();
+        outbox::clear(tx)?;
+        tx.execute_batch(
+            "DELETE FROM _sync_blob_uploads; DELETE FROM _sync_purge; DELETE FROM _sync_purged; DELETE FROM _sync_set_aside;",
+        )?;
+        for url in &relays {
+            for key in ["cursor", "epoch", "push", "reseeded"] {
+                system::meta_delete(tx, &format!("{key}:{url}"))?;
+            }
+            system::meta_set(tx, &format!("backfill:{url}"), &now.to_string())?;
+            self.reseal_closes(tx, url, from, to)?;
+        }
+        system::meta_set(tx, "owner_id", to.owner_id())?;
+        let mut rng = self.rng.borrow_mut();
+        for held in inbox::all_deferred(tx)? {
+            let Ok(env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else { continue };
+            let Ok(plain) = decrypt_envelope_bytes(from, &env) else { continue };
+            let json = parse_json_bytes(&plain).ok();
+            let field = |k: &str| json.as_ref().and_then(|j| j.get(k)).and_then(|v| v.as_str().map(str::to_owned));
+            let stream_id = match (field("table"), field("rowId")) {
+                (Some(t), Some(r)) => Some(to.stream_id(&t, &r)),
+                _ => None,
+            };
+            let meta = EventMeta {
+                event_id: env.event_id.clone(),
+                device_id: env.device_id.clone(),
+                created_at: env.created_at.clone(),
+                stream_id,
+            };
+            let resealed = encrypt_plaintext(to, &meta, &plain, rng.as_mut())?;
+            tx.execute(
+                "UPDATE _sync_deferred SET envelope_json = ?2 WHERE event_id = ?1",
+                rusqlite::params![held.event_id, serde_json::to_string(&resealed).expect("envelopes serialize")],
+            )?;
+        }
+        for (m, data) in blobs {
+            tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [&m.blob_id])?;
+            let opts = BlobOptions { mime_type: m.mime_type.clone(), chunk_size: Some(m.chunk_size.max(1) as usize) };
+            let sealed = encrypt_blob_with_id(to, data, &opts, &m.blob_id, &m.created_at, rng.as_mut())?;
+            self.store_sealed_blob(tx, &sealed)?;
+        }
+        drop(rng);
+        self.enqueue_current_rows(tx, &[])?;
+        self.persist_clock(tx)?;
+        Ok(())
+    }
+
+    /// Queues `POST /v1/owner/close` for `owner` on every relay, its token sealed under `keeper`
+    /// (the identity the engine speaks as).
+    fn queue_close(&self, tx: &Connection, owner: &Identity, keeper: &Identity) -> Result<(), EngineError> {
+        for url in self.relay_urls() {
+            let mut closes = pending_closes(tx, &url)?;
+            let token = seal_value(
+                keeper,
+                &close_aad(owner.owner_id()),
+                owner.relay_auth().as_bytes(),
+                self.rng.borrow_mut().as_mut(),
+            )?;
+            closes.insert(owner.owner_id().to_owned(), token);
+            save_closes(tx, &url, &closes)?;
+        }
+        Ok(())
+    }
+
+    fn reseal_closes(&self, tx: &Connection, url: &str, from: &Identity, to: &Identity) -> Result<(), EngineError> {
+        let mut closes = pending_closes(tx, url)?;
+        for (owner, token) in closes.iter_mut() {
+            if let Ok(plain) = open_value(from, &close_aad(owner), token) {
+                *token = seal_value(to, &close_aad(owner), &plain, self.rng.borrow_mut().as_mut())?;
+            }
+        }
+        save_closes(tx, url, &closes)
+    }
+
+    /// Sends the queued closes for `url`; each is dropped once the relay answered 200, 404 or 410.
+    pub(crate) async fn flush_pending_close(&self, url: &str) -> Result<(), PassError> {
+        let closes = pending_closes(&self.db.borrow(), url)?;
+        if closes.is_empty() {
+            return Ok(());
+        }
+        let keeper = self.identity();
+        for (owner, sealed) in &closes {
+            if let Ok(token) = open_value(&keeper, &close_aad(owner), sealed) {
+                let token = String::from_utf8_lossy(&token).into_owned();
+                super::relay_api::RelayApi::new(self.transport.as_ref(), url, owner, &token)
+                    .with_timeout(self.options.request_timeout_ms)
+                    .close()
+                    .await?;
+            }
+            // A token that no longer opens belongs to an identity this device left: nothing
+            // can close that owner from here any more.
+            self.write(|tx| {
+                let mut left = pending_closes(tx, url)?;
+                left.remove(owner);
+                save_closes(tx, url, &left)
+            })?;
+        }
+        Ok(())
+    }
+}
+
+fn pending_closes(conn: &Connection, url: &str) -> Result<std::collections::BTreeMap<String, String>, EngineError> {
+    let Some(text) = system::meta_get(conn, &format!("pending_close:{url}"))? else { return Ok(Default::default()) };
+    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("pending closes of {url}: {e}")).into())
+}
+
+fn save_closes(
+    conn: &Connection,
+    url: &str,
+    closes: &std::collections::BTreeMap<String, String>,
+) -> Result<(), EngineError> {
+    let key = format!("pending_close:{url}");
+    if closes.is_empty() {
+        system::meta_delete(conn, &key)?;
+    } else {
+        system::meta_set(conn, &key, &serde_json::to_string(closes).expect("maps serialize"))?;
+    }
+    Ok(())
 }

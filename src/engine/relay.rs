@@ -1,22 +1,26 @@
-//! Per-relay state: the failure policy, statuses, and adding/removing relays.
+//! Per-relay state: the failure policy and the statuses a UI shows.
 //!
-//! Policy (spec, "Poll cadence & backoff"), independently per relay:
-//! - 400/401/403/413 → terminal error; automatic (poll) passes back off 5 minutes, while
+//! Policy (spec, "Poll cadence & backoff", with the retry schedule of [`super::backoff`]),
+//! independently per relay:
+//! - 400/401/403/404/413 → terminal error; automatic (poll) passes back off 5 minutes, while
 //!   writes, focus, online and explicit `sync()` still try at once;
-//! - 429 → the same 5-minute backoff, but not terminal;
-//! - network errors and 5xx → retried at the normal cadence;
+//! - no answer, a timeout, 408, 429, 5xx or an unreadable answer → retried with exponential
+//!   backoff and full jitter (5 s doubling to 5 min), never sooner than `Retry-After`;
 //! - 410 → `closed`: the owner was closed on that relay; it is skipped from then on and
-//!   nothing is re-uploaded.
+//!   nothing is re-uploaded;
+//! - 413 `quota_exceeded` → pushes wait (5 minutes for automatic passes) while pulls and
+//!   purges go on, so an owner can delete, purge and get back under quota.
 
 use serde::Serialize;
 
+use super::backoff::{parse_retry_after, retry_delay_ms, MAX_RETRY_DELAY_MS};
 use super::relay_api::{RelayApi, RelayFailure};
-use super::{validate_relay_url, Engine, EngineError};
+use super::{Engine, EngineError};
 use crate::protocol::wire::AccountInfo;
-use crate::store::{outbox, system};
+use crate::store::{inbox, outbox, set_aside, system};
 
-/// How long automatic passes leave a relay alone after a terminal failure or a 429.
-pub const BACKOFF_MS: u64 = 5 * 60 * 1000;
+/// How long automatic passes leave a relay alone after a terminal failure (the spec's 5 min).
+pub const BACKOFF_MS: u64 = MAX_RETRY_DELAY_MS;
 
 /// A relay's state as a UI shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -28,7 +32,7 @@ pub enum RelayState {
     Syncing,
     /// Not synced yet, or local events wait for it.
     Pending,
-    /// Unreachable (network error).
+    /// Unreachable (no answer in time).
     Offline,
     /// It lost its data (wiped or rolled back); this device re-uploads its rows.
     Reseeding,
@@ -44,12 +48,25 @@ pub enum RelayState {
 pub struct RelayErrorInfo {
     /// HTTP status, if the relay answered.
     pub status: Option<u16>,
-    /// The relay's error code, if any.
+    /// The relay's error code, or the engine's for failures it detected itself
+    /// (`relay_cursor_loop`, `push_mismatch`, `local_storage`, …; see the README).
     pub code: Option<String>,
     /// What went wrong.
     pub message: String,
     /// True for failures that retrying will not fix by itself.
     pub terminal: bool,
+}
+
+/// Items this relay refused on their own and that wait, kept locally, for another try.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SetAsideInfo {
+    /// Events set aside.
+    pub events: u64,
+    /// Blob chunks set aside.
+    pub chunks: u64,
+    /// The latest reason.
+    pub reason: Option<String>,
 }
 
 /// What `getRelayStatuses()` reports per relay.
@@ -62,7 +79,7 @@ pub struct RelayStatus {
     pub state: RelayState,
     /// Wall time (ms) of the last successful pass.
     pub last_sync_at: Option<u64>,
-    /// Local events it has not acknowledged yet.
+    /// Local events it has not acknowledged yet (not counting those set aside).
     pub pending: u64,
     /// The last failure, while it lasts.
     pub error: Option<RelayErrorInfo>,
@@ -72,6 +89,15 @@ pub struct RelayStatus {
     pub account: Option<AccountInfo>,
     /// While `reseeding`: why the relay is being re-uploaded to.
     pub reseed_reason: Option<String>,
+    /// Items it refused on their own (413 for a single event or chunk).
+    pub set_aside: SetAsideInfo,
+    /// Events it answered as *forged* duplicates since the engine opened: it already held an
+    /// event with the same id but other bytes, and kept its own.
+    pub forged: u64,
+    /// Events from it held in quarantine.
+    pub quarantined: u64,
+    /// Quarantined events from it dropped over the cap (only the newest are kept).
+    pub quarantine_dropped: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -83,6 +109,30 @@ pub(crate) struct RelayRuntime {
     pub backoff_until: Option<u64>,
     pub account: Option<AccountInfo>,
     pub reseed_reason: Option<String>,
+    /// Retryable failures in a row (the backoff's exponent).
+    pub failures: u32,
+    /// Automatic passes do not push before this time (over quota).
+    pub push_blocked_until: Option<u64>,
+    pub forged: u64,
+}
+
+/// How the policy classifies a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailureKind {
+    /// Retry with jittered exponential backoff.
+    Retryable,
+    /// The spec's terminal statuses: 5 minutes for automatic passes.
+    Terminal,
+    /// 410: the owner is closed there.
+    Closed,
+}
+
+pub(crate) fn classify(f: &RelayFailure) -> FailureKind {
+    match f.status() {
+        Some(410) => FailureKind::Closed,
+        Some(400 | 401 | 403 | 404 | 413) => FailureKind::Terminal,
+        _ => FailureKind::Retryable,
+    }
 }
 
 impl RelayRuntime {
@@ -95,44 +145,50 @@ impl RelayRuntime {
             backoff_until: None,
             account: None,
             reseed_reason: None,
+            failures: 0,
+            push_blocked_until: None,
+            forged: 0,
         }
     }
 
-    /// Applies the failure policy.
-    pub fn fail(&mut self, f: &RelayFailure, now: u64) {
-        let (code, message) = match f {
-            RelayFailure::Network(m) => (None, m.clone()),
-            RelayFailure::Http { code, message, .. } => (code.clone(), message.clone()),
+    /// Applies the failure policy; `random` is any random number (the jitter).
+    pub fn fail(&mut self, f: &RelayFailure, now: u64, random: u64) {
+        let kind = classify(f);
+        self.state = match (kind, f) {
+            (FailureKind::Closed, _) => RelayState::Closed,
+            (_, RelayFailure::Network(_)) => RelayState::Offline,
+            _ => RelayState::Error,
         };
-        let status = f.status();
-        let (state, terminal, backoff) = match status {
-            None => (RelayState::Offline, false, false),
-            Some(410) => (RelayState::Closed, true, false),
-            Some(400 | 401 | 403 | 404 | 413) => (RelayState::Error, true, true),
-            Some(429) => (RelayState::Error, false, true),
-            Some(_) => (RelayState::Error, false, false),
+        self.error = Some(RelayErrorInfo {
+            status: f.status(),
+            code: f.code().map(str::to_owned),
+            message: f.message(),
+            terminal: kind != FailureKind::Retryable,
+        });
+        self.backoff_until = match kind {
+            FailureKind::Retryable => {
+                self.failures = self.failures.saturating_add(1);
+                let retry_after = f.retry_after().and_then(|v| parse_retry_after(v, now));
+                Some(now + retry_delay_ms(self.failures, random, retry_after))
+            }
+            FailureKind::Terminal => Some(now + BACKOFF_MS),
+            FailureKind::Closed => None,
         };
-        self.state = state;
-        self.error = Some(RelayErrorInfo { status, code, message, terminal });
-        self.backoff_until = backoff.then_some(now + BACKOFF_MS);
     }
 
-    pub fn status(&self, pending: u64) -> RelayStatus {
-        RelayStatus {
-            url: self.url.clone(),
-            state: self.state,
-            last_sync_at: self.last_sync_at,
-            pending,
-            error: self.error.clone(),
-            backoff_until: self.backoff_until,
-            account: self.account.clone(),
-            reseed_reason: self.reseed_reason.clone(),
-        }
+    /// A pass succeeded.
+    pub fn succeed(&mut self, now: u64, pending: u64) {
+        self.state = if pending > 0 { RelayState::Pending } else { RelayState::Synced };
+        self.last_sync_at = Some(now);
+        self.error = None;
+        self.backoff_until = None;
+        self.reseed_reason = None;
+        self.failures = 0;
     }
 }
 
-/// The `_sync_meta` keys scoped to one relay.
-pub(crate) fn relay_keys(url: &str) -> [String; 6] {
+/// The `_sync_meta` keys scoped to one relay. The first four are what a wipe forgets.
+pub(crate) fn relay_keys(url: &str) -> [String; 8] {
     [
         format!("cursor:{url}"),
         format!("epoch:{url}"),
@@ -140,12 +196,24 @@ pub(crate) fn relay_keys(url: &str) -> [String; 6] {
         format!("backfill:{url}"),
         format!("pending_close:{url}"),
         format!("synced:{url}"),
+        format!("reseeded:{url}"),
+        format!("quarantine_dropped:{url}"),
     ]
 }
 
 impl Engine {
     pub(crate) fn with_relay<T>(&self, url: &str, f: impl FnOnce(&mut RelayRuntime) -> T) -> Option<T> {
         self.relays.borrow_mut().iter_mut().find(|r| r.url == url).map(f)
+    }
+
+    /// Records a relay failure in its status (policy and jitter included).
+    pub(crate) fn record_failure(&self, url: &str, f: &RelayFailure) -> Option<RelayErrorInfo> {
+        let (now, random) = (self.now(), self.random_up_to(u64::MAX));
+        self.with_relay(url, |r| {
+            r.fail(f, now, random);
+            r.error.clone()
+        })
+        .flatten()
     }
 
     /// Every relay's status from what this device knows, without network.
@@ -156,7 +224,24 @@ impl Engine {
             .iter()
             .map(|r| {
                 let pending = outbox::pending_count(&db, &r.url)?;
-                let mut s = r.status(pending);
+                let (events, chunks, reason) = set_aside::summary(&db, &r.url)?;
+                let dropped = system::meta_get(&db, &format!("quarantine_dropped:{}", r.url))?
+                    .and_then(|n| n.parse().ok())
+                    .unwrap_or(0);
+                let mut s = RelayStatus {
+                    url: r.url.clone(),
+                    state: r.state,
+                    last_sync_at: r.last_sync_at,
+                    pending,
+                    error: r.error.clone(),
+                    backoff_until: r.backoff_until,
+                    account: r.account.clone(),
+                    reseed_reason: r.reseed_reason.clone(),
+                    set_aside: SetAsideInfo { events, chunks, reason },
+                    forged: r.forged,
+                    quarantined: inbox::quarantine_count(&db, &r.url)?,
+                    quarantine_dropped: dropped,
+                };
                 // Known from an earlier process: the last pass succeeded and nothing waits.
                 if s.state == RelayState::Pending && pending == 0 && s.last_sync_at.is_some() && s.error.is_none() {
                     s.state = RelayState::Synced;
@@ -173,70 +258,49 @@ impl Engine {
     }
 
     /// Every relay's status, refreshed with its `/v1/status` account figures. A 404 reads as
-    /// healthy and empty. As the spec's backstop, a relay that reports no events and a head
-    /// seq behind this device's cursor is treated as wiped and re-seeded on the next pass.
+    /// healthy and empty; 401 and 410 update the state as they would in a pass. As the spec's
+    /// backstop, a relay that reports no events and a head seq behind this device's cursor is
+    /// treated as wiped and re-seeded on the next pass.
     pub async fn relay_statuses(&self) -> Result<Vec<RelayStatus>, EngineError> {
         let identity = self.identity();
         for url in self.relay_urls() {
             if self.with_relay(&url, |r| r.state == RelayState::Closed).unwrap_or(true) {
                 continue;
             }
-            let api = RelayApi::new(self.transport.as_ref(), &url, identity.owner_id(), identity.relay_auth());
+            let api = self.api(&url, &identity);
             match api.status().await {
                 Ok(Some(s)) => {
                     let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
                     let behind = cursor.is_some_and(|c| s.account.head_seq < c);
                     if s.account.events == 0 && behind {
                         let _guard = self.sync_lock.lock().await;
-                        self.handle_wiped(&url, "relay reports no events and a head seq behind our cursor")?;
+                        let reason = "relay reports no events and a head seq behind our cursor";
+                        if let Err(f) = self.reseed_allowed(&url, reason) {
+                            self.record_failure(&url, &f);
+                        } else {
+                            self.handle_wiped(&url, reason)?;
+                        }
                     }
                     self.with_relay(&url, |r| r.account = Some(s.account));
                 }
                 Ok(None) => {
                     self.with_relay(&url, |r| r.account = None);
                 }
-                Err(RelayFailure::Network(m)) => {
-                    self.with_relay(&url, |r| {
-                        if r.state != RelayState::Syncing {
-                            r.fail(&RelayFailure::Network(m), self.now());
-                        }
-                    });
+                Err(f) => {
+                    let busy = self.with_relay(&url, |r| r.state == RelayState::Syncing).unwrap_or(false);
+                    let meaningful = matches!(f, RelayFailure::Network(_)) || matches!(f.status(), Some(401 | 410));
+                    if meaningful && !busy {
+                        self.record_failure(&url, &f);
+                    }
                 }
-                Err(_) => {}
             }
         }
         self.relay_statuses_local()
     }
 
-    /// Adds a relay. It receives a backfill of every current row on its first pass.
-    pub fn add_relay(&self, url: &str) -> Result<(), EngineError> {
-        validate_relay_url(url)?;
-        if self.relays.borrow().iter().any(|r| r.url == url) {
-            return Err(EngineError::InvalidRelay { url: url.into(), reason: "already configured".into() });
-        }
-        self.relays.borrow_mut().push(RelayRuntime::new(url));
-        self.emit_status();
-        Ok(())
-    }
-
-    /// Removes a relay and forgets everything this device recorded about it.
-    pub fn remove_relay(&self, url: &str) -> Result<(), EngineError> {
-        if !self.relays.borrow().iter().any(|r| r.url == url) {
-            return Err(EngineError::InvalidRelay { url: url.into(), reason: "not configured".into() });
-        }
-        self.relays.borrow_mut().retain(|r| r.url != url);
-        let remaining = self.relay_urls();
-        self.write(|tx| {
-            outbox::forget_relay(tx, url)?;
-            for key in relay_keys(url) {
-                system::meta_delete(tx, &key)?;
-            }
-            tx.execute("DELETE FROM _sync_purge WHERE relay = ?1", [url])?;
-            tx.execute("DELETE FROM _sync_blob_uploads WHERE relay = ?1", [url])?;
-            outbox::prune(tx, &remaining)?;
-            Ok(())
-        })?;
-        self.emit_status();
-        Ok(())
+    /// A client for `url` as `identity`, with this engine's request timeout.
+    pub(crate) fn api<'a>(&'a self, url: &'a str, identity: &'a crate::protocol::Identity) -> RelayApi<'a> {
+        RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth())
+            .with_timeout(self.options.request_timeout_ms)
     }
 }

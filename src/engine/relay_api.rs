@@ -3,24 +3,28 @@
 //! [`RelayFailure`] (status, error code and message) that the failure policy classifies.
 
 use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::value::RawValue;
 
 use super::io::{HttpRequest, HttpResponse, Method, Transport};
 use crate::protocol::canonical::write_str_literal;
-use crate::protocol::wire::{CloseResponse, CompactResponse, ErrorBody, PullResponse, PushResponse, StatusResponse};
+use crate::protocol::wire::{CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse};
 
 /// A relay call that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RelayFailure {
     /// No HTTP answer.
     Network(String),
-    /// An HTTP error status (or an unreadable 200).
+    /// An HTTP error status, an unreadable answer, or an answer the engine refuses.
     Http {
         /// Status code.
         status: u16,
-        /// The relay's error code, if it sent one.
+        /// The relay's error code, if it sent one (or the engine's, for what it detected).
         code: Option<String>,
         /// What went wrong.
         message: String,
+        /// The relay's `Retry-After` header, as sent.
+        retry_after: Option<String>,
     },
 }
 
@@ -40,41 +44,100 @@ impl RelayFailure {
             RelayFailure::Http { status, message, .. } => format!("{status}: {message}"),
         }
     }
+
+    /// The error code, if any.
+    pub fn code(&self) -> Option<&str> {
+        match self {
+            RelayFailure::Network(_) => None,
+            RelayFailure::Http { code, .. } => code.as_deref(),
+        }
+    }
+
+    /// The `Retry-After` header, as sent.
+    pub fn retry_after(&self) -> Option<&str> {
+        match self {
+            RelayFailure::Network(_) => None,
+            RelayFailure::Http { retry_after, .. } => retry_after.as_deref(),
+        }
+    }
+
+    /// A failure the engine detected in an answer (a broken promise of the protocol).
+    pub fn detected(status: u16, code: &str, message: String) -> RelayFailure {
+        RelayFailure::Http { status, code: Some(code.into()), message, retry_after: None }
+    }
+
+    /// True for `413 quota_exceeded`.
+    pub fn is_quota(&self) -> bool {
+        self.status() == Some(413) && self.code() == Some("quota_exceeded")
+    }
+
+    /// True for a 413 other than the quota: a count or size limit.
+    pub fn is_too_large(&self) -> bool {
+        self.status() == Some(413) && !self.is_quota()
+    }
+}
+
+/// The relay's JSON error body, if the answer carries one.
+pub fn error_body(resp: &HttpResponse) -> Option<ErrorBody> {
+    serde_json::from_slice::<ErrorBody>(&resp.body).ok()
 }
 
 fn failure(resp: &HttpResponse) -> RelayFailure {
-    match serde_json::from_slice::<ErrorBody>(&resp.body) {
-        Ok(e) => RelayFailure::Http { status: resp.status, code: Some(e.error), message: e.message },
-        Err(_) => RelayFailure::Http {
+    let retry_after = resp.retry_after.clone();
+    match error_body(resp) {
+        Some(e) => RelayFailure::Http { status: resp.status, code: Some(e.error), message: e.message, retry_after },
+        None => RelayFailure::Http {
             status: resp.status,
             code: None,
             message: String::from_utf8_lossy(&resp.body).chars().take(200).collect(),
+            retry_after,
         },
     }
 }
 
 fn parse<T: DeserializeOwned>(resp: &HttpResponse) -> Result<T, RelayFailure> {
-    serde_json::from_slice(&resp.body).map_err(|e| RelayFailure::Http {
-        status: resp.status,
-        code: Some("bad_response".into()),
-        message: format!("unreadable relay response: {e}"),
-    })
+    serde_json::from_slice(&resp.body)
+        .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
 }
 
-/// A page of a pull, still as bytes (parsing is timed separately).
+/// A pull page with its events still as raw JSON, so one malformed envelope can be set apart
+/// while the rest of the page applies.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RawPullPage<'a> {
+    /// The envelopes, unparsed.
+    #[serde(borrow)]
+    pub events: Vec<&'a RawValue>,
+    /// Where the next page starts (opaque).
+    pub next_cursor: String,
+    /// *Additive*: the relay database's epoch.
+    #[serde(default)]
+    pub epoch: Option<String>,
+    /// *Additive*: the owner's head seq.
+    #[serde(default)]
+    pub head_seq: Option<u64>,
+}
+
+/// The answer to a pull.
 #[derive(Debug)]
 pub enum PullAnswer {
-    /// The relay does not know the owner (404).
-    UnknownOwner,
+    /// 404: the relay does not know the owner — or something else answered 404 (the caller
+    /// decides, see `Engine::confirm_unknown_owner`).
+    NotFound(HttpResponse),
     /// A 200 answer's body.
     Page(HttpResponse),
 }
 
 impl PullAnswer {
     /// Parses a page's body.
-    pub fn parse(resp: &HttpResponse) -> Result<PullResponse, RelayFailure> {
-        parse(resp)
+    pub fn parse(resp: &HttpResponse) -> Result<RawPullPage<'_>, RelayFailure> {
+        parse_borrowed(resp)
     }
+}
+
+fn parse_borrowed<'a, T: Deserialize<'a>>(resp: &'a HttpResponse) -> Result<T, RelayFailure> {
+    serde_json::from_slice(&resp.body)
+        .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
 }
 
 /// One relay, as one owner.
@@ -83,12 +146,19 @@ pub struct RelayApi<'a> {
     base: &'a str,
     owner_id: &'a str,
     token: &'a str,
+    timeout_ms: u32,
 }
 
 impl<'a> RelayApi<'a> {
     /// A client for `base` (the configured URL) as `owner_id` with bearer `token`.
     pub fn new(transport: &'a dyn Transport, base: &'a str, owner_id: &'a str, token: &'a str) -> RelayApi<'a> {
-        RelayApi { transport, base, owner_id, token }
+        RelayApi { transport, base, owner_id, token, timeout_ms: super::DEFAULT_REQUEST_TIMEOUT_MS }
+    }
+
+    /// The same client with another request deadline.
+    pub fn with_timeout(mut self, timeout_ms: u32) -> RelayApi<'a> {
+        self.timeout_ms = timeout_ms;
+        self
     }
 
     fn url(&self, path: &str) -> String {
@@ -105,7 +175,14 @@ impl<'a> RelayApi<'a> {
             Some((b, t)) => (Some(b), Some(t)),
             None => (None, None),
         };
-        let req = HttpRequest { method, url: self.url(path), bearer: Some(self.token.to_owned()), content_type, body };
+        let req = HttpRequest {
+            method,
+            url: self.url(path),
+            bearer: Some(self.token.to_owned()),
+            content_type,
+            body,
+            timeout_ms: self.timeout_ms,
+        };
         self.transport.send(req).await.map_err(|e| RelayFailure::Network(e.0))
     }
 
@@ -139,9 +216,15 @@ impl<'a> RelayApi<'a> {
         let resp = self.call(Method::Get, &path, None).await?;
         match resp.status {
             200 => Ok(PullAnswer::Page(resp)),
-            404 => Ok(PullAnswer::UnknownOwner),
+            404 => Ok(PullAnswer::NotFound(resp)),
             _ => Err(failure(&resp)),
         }
+    }
+
+    /// `GET /health`: whether the relay answers it with 200 and its JSON.
+    pub async fn health(&self) -> Result<bool, RelayFailure> {
+        let resp = self.call(Method::Get, "/health", None).await?;
+        Ok(resp.status == 200 && serde_json::from_slice::<HealthResponse>(&resp.body).is_ok_and(|h| h.ok))
     }
 
     /// `POST /v1/streams/compact`; `None` when the relay does not know the owner.
@@ -169,12 +252,17 @@ impl<'a> RelayApi<'a> {
 
     /// `GET /v1/status`; `None` when the relay does not know the owner (healthy and empty).
     pub async fn status(&self) -> Result<Option<StatusResponse>, RelayFailure> {
-        let resp = self.call(Method::Get, &format!("/v1/status?ownerId={}", self.owner_id), None).await?;
+        let resp = self.status_raw().await?;
         match resp.status {
             200 => parse(&resp).map(Some),
             404 => Ok(None),
             _ => Err(failure(&resp)),
         }
+    }
+
+    /// `GET /v1/status`, the answer as it came.
+    pub async fn status_raw(&self) -> Result<HttpResponse, RelayFailure> {
+        self.call(Method::Get, &format!("/v1/status?ownerId={}", self.owner_id), None).await
     }
 
     fn blob_path(&self, hash: &str) -> String {

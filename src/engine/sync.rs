@@ -1,29 +1,32 @@
-//! The sync pass: seal, then for every configured relay — backfill if new, upload blob chunks,
-//! push, pull and apply, flush the purge queue, finish a pending re-key close. Every stage is
-//! idempotent; a relay's failure affects only that relay.
+//! The sync pass: seal, then for every configured relay — concurrently, so one slow or
+//! stalled relay holds up no other — backfill if new, flush the purge queue, upload blob
+//! chunks, push, pull and apply, finish a re-key close. Every stage is idempotent; a relay's
+//! failure affects only that relay.
 //!
 //! Wipe and rollback detection (beyond the spec's 404 rule): a pull whose `epoch` differs from
 //! the one this device stored, or whose `headSeq` is below the stored cursor, means the relay
-//! lost data; the device forgets it and re-seeds it with one canonical upsert per current row.
+//! lost data; the device forgets it and re-seeds it with one canonical upsert per current row —
+//! at most once per [`RESEED_WINDOW_MS`], so a relay whose epoch changes on every pass gets an
+//! error in its status instead of endless re-uploads.
 
+use futures_util::future::join_all;
 use serde::Serialize;
 
-use super::apply::Outcome;
-use super::events::{ChangeEvent, ChangeSource, Progress};
 use super::mutate::payload_json;
-use super::relay::{relay_keys, RelayErrorInfo, RelayState};
-use super::relay_api::{PullAnswer, RelayApi, RelayFailure};
+use super::pull::PullEnd;
+use super::relay::{relay_keys, RelayErrorInfo, RelayState, BACKOFF_MS};
+use super::relay_api::RelayFailure;
 use super::{Engine, EngineError};
 use crate::protocol::envelope::{encrypt_plaintext, EventMeta};
 use crate::protocol::time::iso8601_from_ms;
-use crate::store::{inbox, outbox, rows, system};
+use crate::store::{inbox, outbox, purged, rows, system};
 
 /// Events per push and per pull page.
 pub const BATCH: u32 = 1000;
-/// Pages one pull may take in one pass (bounds a relay whose cursor never settles).
-pub const MAX_PAGES_PER_PASS: u64 = 100_000;
 /// Largest push body the engine builds (well under relays' request limits).
 pub const MAX_PUSH_BYTES: usize = 4 * 1024 * 1024;
+/// A relay is re-seeded at most once in this window; another loss within it is an error.
+pub const RESEED_WINDOW_MS: u64 = 15 * 60 * 1000;
 
 /// What started a pass. Only `Poll` respects a relay's backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -63,6 +66,10 @@ pub struct RelayPassReport {
     pub quarantined: u64,
     /// Why it was re-seeded, if it was.
     pub reseeded: Option<String>,
+    /// Events and chunks it refused on their own, set aside in this pass.
+    pub set_aside: u64,
+    /// Pushed events it answered as forged duplicates (it kept its own copy).
+    pub forged: u64,
     /// The failure that ended its pass, if any.
     pub error: Option<RelayErrorInfo>,
     /// Where the pull's time went.
@@ -124,9 +131,13 @@ impl From<crate::store::StoreError> for PassError {
     }
 }
 
-enum PullEnd {
-    Done,
-    Wiped(String),
+/// What a relay's pass left to report besides success.
+#[derive(Default)]
+struct PassOutcome {
+    /// A push that failed while the rest of the pass (pull, purges) went on.
+    push_problem: Option<RelayFailure>,
+    /// Pushing was skipped (an automatic pass while over quota).
+    push_skipped: bool,
 }
 
 impl Engine {
@@ -168,21 +179,75 @@ impl Engine {
         }
     }
 
-    /// Runs one full pass. Errors are local failures only (the database); relay failures are
-    /// recorded per relay in the report and in the statuses.
+    /// Runs one full pass now (after the running one, if any). Errors are local failures only
+    /// (the database); relay failures are recorded per relay in the report and the statuses.
     pub async fn sync(&self, trigger: SyncTrigger) -> Result<SyncReport, EngineError> {
         let _guard = self.sync_lock.lock().await;
+        self.pass(trigger).await
+    }
+
+    /// An automatic pass: runs at once, or after the running one — but at most one pass ever
+    /// waits, so N triggers during a pass queue one more pass, not N. `None` when this call
+    /// joined a pass that was already waiting.
+    pub async fn sync_queued(&self, trigger: SyncTrigger) -> Result<Option<SyncReport>, EngineError> {
+        if self.pass_waiting.replace(true) {
+            return Ok(None);
+        }
+        let guard = self.sync_lock.lock().await;
+        self.pass_waiting.set(false);
+        let out = self.pass(trigger).await;
+        drop(guard);
+        out.map(Some)
+    }
+
+    async fn pass(&self, trigger: SyncTrigger) -> Result<SyncReport, EngineError> {
+        let out = self.pass_inner(trigger).await;
+        if let Err(e) = &out {
+            self.mark_local_failure(None, e);
+        }
+        self.emit_status();
+        out
+    }
+
+    async fn pass_inner(&self, trigger: SyncTrigger) -> Result<SyncReport, EngineError> {
         let mut report = SyncReport { sealed: self.seal_pending_outbox()?, ..SyncReport::default() };
         report.deferred_applied = self.retry_deferred()?;
-        for url in self.relay_urls() {
-            let r = self.sync_relay(&url, trigger).await?;
-            report.relays.push(r);
+        let urls = self.relay_urls();
+        let results = join_all(urls.iter().map(|url| self.sync_relay(url, trigger))).await;
+        let mut local = None;
+        for r in results {
+            match r {
+                Ok(r) => report.relays.push(r),
+                Err(e) => local = local.or(Some(e)),
+            }
         }
-        let relays = self.relay_urls();
-        self.write(|tx| Ok(outbox::prune(tx, &relays)?))?;
-        self.write(|tx| Ok(inbox::cap_seen(tx)?))?;
-        self.emit_status();
+        if let Some(e) = local {
+            return Err(e);
+        }
+        let (relays, now) = (self.relay_urls(), self.now());
+        let remaining = self.write(|tx| {
+            outbox::prune(tx, &relays)?;
+            inbox::cap_seen(tx)?;
+            Ok(purged::release_acknowledged(tx, now)?)
+        })?;
+        self.purge_records.set(remaining > 0);
         Ok(report)
+    }
+
+    /// Shows a local database failure in the status of one relay (or all).
+    fn mark_local_failure(&self, url: Option<&str>, e: &EngineError) {
+        let info = RelayErrorInfo {
+            status: None,
+            code: Some("local_storage".into()),
+            message: format!("the local database failed during the pass: {e}"),
+            terminal: false,
+        };
+        for r in self.relays.borrow_mut().iter_mut() {
+            if url.is_none_or(|u| u == r.url) && r.state != RelayState::Closed {
+                r.state = RelayState::Error;
+                r.error = Some(info.clone());
+            }
+        }
     }
 
     async fn sync_relay(&self, url: &str, trigger: SyncTrigger) -> Result<RelayPassReport, EngineError> {
@@ -211,54 +276,98 @@ impl Engine {
             }
         });
         self.emit_status();
-        match self.relay_pass(url, &mut report).await {
-            Ok(()) => {
+        match self.relay_pass(url, trigger, &mut report).await {
+            Ok(outcome) => {
                 let now = self.now();
                 self.write(|tx| Ok(system::meta_set(tx, &format!("synced:{url}"), &now.to_string())?))?;
                 let pending = outbox::pending_count(&self.db.borrow(), url)?;
-                self.with_relay(url, |r| {
-                    r.state = if pending > 0 { RelayState::Pending } else { RelayState::Synced };
-                    r.last_sync_at = Some(self.now());
-                    r.error = None;
-                    r.backoff_until = None;
-                    r.reseed_reason = None;
-                });
+                if let Some(f) = &outcome.push_problem {
+                    report.error = self.record_failure(url, f);
+                    if f.is_quota() {
+                        // Pushes wait; automatic passes keep pulling and purging meanwhile.
+                        self.with_relay(url, |r| {
+                            r.push_blocked_until = Some(now + BACKOFF_MS);
+                            r.backoff_until = None;
+                        });
+                    }
+                } else if outcome.push_skipped {
+                    self.with_relay(url, |r| {
+                        r.last_sync_at = Some(now);
+                        if r.state == RelayState::Syncing {
+                            r.state = RelayState::Error;
+                        }
+                    });
+                    report.error = self.with_relay(url, |r| r.error.clone()).flatten();
+                } else {
+                    self.with_relay(url, |r| {
+                        r.succeed(now, pending);
+                        r.push_blocked_until = None;
+                    });
+                }
             }
-            Err(PassError::Relay(f)) => {
-                self.with_relay(url, |r| {
-                    r.fail(&f, self.now());
-                    report.error = r.error.clone();
-                });
+            Err(PassError::Relay(f)) => report.error = self.record_failure(url, &f),
+            Err(PassError::Local(e)) => {
+                self.mark_local_failure(Some(url), &e);
+                return Err(e);
             }
-            Err(PassError::Local(e)) => return Err(e),
         }
         self.emit_status();
         Ok(report)
     }
 
-    async fn relay_pass(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
+    async fn relay_pass(
+        &self,
+        url: &str,
+        trigger: SyncTrigger,
+        report: &mut RelayPassReport,
+    ) -> Result<PassOutcome, PassError> {
+        let mut outcome = PassOutcome::default();
         self.ensure_backfill(url)?;
-        for attempt in 0..2 {
-            self.upload_blob_chunks(url).await?;
-            report.pushed += self.push_to(url).await?;
+        // Purges first: an owner over quota frees space before anything else is tried.
+        self.flush_purges(url).await?;
+        let now = self.now();
+        outcome.push_skipped = trigger == SyncTrigger::Poll
+            && self.with_relay(url, |r| r.push_blocked_until.is_some_and(|t| t > now)).unwrap_or(false);
+        for _attempt in 0..2 {
+            if !outcome.push_skipped && outcome.push_problem.is_none() {
+                match self.push_phase(url, report).await {
+                    Ok(()) => {}
+                    Err(PassError::Relay(f)) if f.is_quota() || f.code() == Some("push_mismatch") => {
+                        outcome.push_problem = Some(f);
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             match self.pull_from(url, report).await? {
                 PullEnd::Done => break,
-                PullEnd::Wiped(reason) if attempt == 0 => {
+                PullEnd::Wiped(reason) => {
+                    self.reseed_allowed(url, &reason)?;
                     self.handle_wiped(url, &reason)?;
                     report.reseeded = Some(reason);
                 }
-                PullEnd::Wiped(reason) => {
-                    return Err(PassError::Relay(RelayFailure::Http {
-                        status: 500,
-                        code: Some("relay_unstable".into()),
-                        message: format!("the relay lost its data again right after a re-seed: {reason}"),
-                    }));
-                }
             }
         }
-        self.flush_purges(url).await?;
         self.flush_pending_close(url).await?;
-        Ok(())
+        Ok(outcome)
+    }
+
+    /// Refuses a second re-seed of `url` within [`RESEED_WINDOW_MS`] of the last one.
+    pub(crate) fn reseed_allowed(&self, url: &str, reason: &str) -> Result<(), RelayFailure> {
+        let last: Option<u64> = self.meta(&format!("reseeded:{url}")).ok().flatten().and_then(|t| t.parse().ok());
+        let now = self.now();
+        match last {
+            Some(t) if now.saturating_sub(t) < RESEED_WINDOW_MS => Err(RelayFailure::detected(
+                200,
+                "relay_unstable",
+                format!(
+                    "the relay lost this owner's data again {} s after it was re-seeded ({reason}); \
+                     not re-uploading before {}",
+                    now.saturating_sub(t) / 1000,
+                    iso8601_from_ms(t + RESEED_WINDOW_MS)
+                ),
+            )),
+            _ => Ok(()),
+        }
     }
 
     /// Gives a relay this device never synced with a canonical upsert of every current row.
@@ -280,6 +389,7 @@ impl Engine {
     /// Forgets a relay that lost its data and re-seeds it with the current rows.
     pub(crate) fn handle_wiped(&self, url: &str, reason: &str) -> Result<(), EngineError> {
         let others: Vec<String> = self.relay_urls().into_iter().filter(|u| u != url).collect();
+        let now = self.now();
         self.write(|tx| {
             outbox::forget_relay(tx, url)?;
             for key in relay_keys(url).iter().take(4) {
@@ -287,7 +397,8 @@ impl Engine {
             }
             tx.execute("DELETE FROM _sync_blob_uploads WHERE relay = ?1", [url])?;
             self.enqueue_current_rows(tx, &others)?;
-            system::meta_set(tx, &format!("backfill:{url}"), &self.now().to_string())?;
+            system::meta_set(tx, &format!("backfill:{url}"), &now.to_string())?;
+            system::meta_set(tx, &format!("reseeded:{url}"), &now.to_string())?;
             Ok(())
         })?;
         self.seal_pending_outbox()?;
@@ -296,155 +407,6 @@ impl Engine {
             r.reseed_reason = Some(reason.to_owned());
         });
         self.emit_status();
-        Ok(())
-    }
-
-    async fn push_to(&self, url: &str) -> Result<u64, PassError> {
-        let identity = self.identity();
-        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
-        let (mut limit, mut total, mut after) = (BATCH, 0, 0i64);
-        loop {
-            let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
-            if batch.is_empty() {
-                return Ok(total);
-            }
-            let envelopes: Vec<String> = batch.iter().map(|o| o.envelope.clone()).collect();
-            match api.push(&envelopes).await {
-                Ok(_) => {
-                    after = batch.last().map_or(after, |o| o.seq);
-                    let ids: Vec<String> = batch.into_iter().map(|o| o.event_id).collect();
-                    let now = self.now();
-                    self.write(|tx| {
-                        outbox::record_acks(tx, url, &ids, now)?;
-                        system::meta_set(tx, &format!("push:{url}"), &now.to_string())?;
-                        Ok(())
-                    })?;
-                    total += ids.len() as u64;
-                }
-                // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
-                Err(RelayFailure::Http { status: 413, code, .. })
-                    if batch.len() > 1 && code.as_deref() != Some("quota_exceeded") =>
-                {
-                    limit = (batch.len() as u32 / 2).max(1);
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
-    }
-
-    async fn pull_from(&self, url: &str, report: &mut RelayPassReport) -> Result<PullEnd, PassError> {
-        let identity = self.identity();
-        let api = RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth());
-        let cursor_key = format!("cursor:{url}");
-        let epoch_key = format!("epoch:{url}");
-        let mut cursor = self.meta(&cursor_key)?.unwrap_or_default();
-        let stored_epoch = self.meta(&epoch_key)?;
-        let mut progress = Progress {
-            relay: url.to_owned(),
-            pages: 0,
-            events_received: 0,
-            events_applied: 0,
-            bytes: 0,
-            head_seq: None,
-            cursor: cursor.clone(),
-            done: false,
-        };
-        let clock = self.wall.clone();
-        loop {
-            let t0 = clock.precise_ms();
-            let answer = api.pull(&cursor, BATCH).await?;
-            let t1 = clock.precise_ms();
-            report.timings.http_ms += t1 - t0;
-            let (page, bytes) = match answer {
-                PullAnswer::UnknownOwner if !cursor.is_empty() => {
-                    return Ok(PullEnd::Wiped("the relay no longer knows this owner (404 after pulling)".into()));
-                }
-                PullAnswer::UnknownOwner => break,
-                PullAnswer::Page(resp) => (PullAnswer::parse(&resp)?, resp.body.len()),
-            };
-            report.timings.parse_ms += clock.precise_ms() - t1;
-            if let (Some(stored), Some(epoch)) = (&stored_epoch, &page.epoch) {
-                if stored != epoch {
-                    return Ok(PullEnd::Wiped(format!("the relay's database changed (epoch {stored} → {epoch})")));
-                }
-            }
-            if let (Some(head), Ok(c)) = (page.head_seq, cursor.parse::<u64>()) {
-                if head < c {
-                    return Ok(PullEnd::Wiped(format!(
-                        "the relay's head seq {head} is behind this device's cursor {c}"
-                    )));
-                }
-            }
-            let now = self.now();
-            let t_apply = clock.precise_ms();
-            self.decrypt_ms.set(0.0);
-            let (changes, stats) = self.write(|tx| {
-                let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
-                for env in &page.events {
-                    match self.process(tx, &identity, url, env, false, now)? {
-                        Outcome::Applied(c) => {
-                            stats[0] += 1;
-                            changes.push(c);
-                        }
-                        Outcome::Deferred => stats[1] += 1,
-                        Outcome::Quarantined => stats[2] += 1,
-                        Outcome::Stale | Outcome::Duplicate => {}
-                    }
-                }
-                self.persist_clock(tx)?;
-                Ok((changes, stats))
-            })?;
-            if std::mem::take(&mut self.faults.borrow_mut().crash_after_page_commit) {
-                return Err(PassError::Relay(RelayFailure::Network("injected crash after page commit".into())));
-            }
-            // Only after the page committed: the cursor (so a crash in between replays the page).
-            self.write(|tx| {
-                system::meta_set(tx, &cursor_key, &page.next_cursor)?;
-                if let Some(e) = &page.epoch {
-                    system::meta_set(tx, &epoch_key, e)?;
-                }
-                Ok(())
-            })?;
-            let decrypt = self.decrypt_ms.get();
-            report.timings.decrypt_ms += decrypt;
-            report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
-            report.received += page.events.len() as u64;
-            report.applied += stats[0];
-            report.deferred += stats[1];
-            report.quarantined += stats[2];
-            self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
-            progress.pages += 1;
-            progress.events_received += page.events.len() as u64;
-            progress.events_applied += stats[0];
-            progress.bytes += bytes as u64;
-            progress.head_seq = page.head_seq;
-            progress.cursor = page.next_cursor.clone();
-            self.listeners.emit_progress(&progress);
-            // Relays clamp `limit` (MAX_EVENTS_PER_PULL), so a short page does not mean the end:
-            // continue until an empty page, a cursor that stops moving, or the reported head.
-            let advanced = page.next_cursor != cursor;
-            let at_head = match (page.head_seq, page.next_cursor.parse::<u64>()) {
-                (Some(h), Ok(c)) => c >= h,
-                _ => false,
-            };
-            cursor = page.next_cursor;
-            if page.events.is_empty() || !advanced || at_head || progress.pages >= MAX_PAGES_PER_PASS {
-                break;
-            }
-        }
-        progress.done = true;
-        self.listeners.emit_progress(&progress);
-        Ok(PullEnd::Done)
-    }
-
-    async fn flush_pending_close(&self, url: &str) -> Result<(), PassError> {
-        let key = format!("pending_close:{url}");
-        let Some(text) = self.meta(&key)? else { return Ok(()) };
-        let old: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-        if let (Some(owner), Some(token)) = (old["ownerId"].as_str(), old["token"].as_str()) {
-            RelayApi::new(self.transport.as_ref(), url, owner, token).close().await?;
-        }
-        self.write(|tx| Ok(system::meta_delete(tx, &key)?))?;
         Ok(())
     }
 }

@@ -12,12 +12,12 @@ pub struct HttpTransport {
 }
 
 impl HttpTransport {
-    /// A client with a 60 s request timeout.
+    /// A client; each request's deadline comes with the request ([`HttpRequest::timeout_ms`]).
     pub fn new() -> Result<HttpTransport, TransportError> {
         // reqwest is built without a default TLS provider; use ring (no cmake needed).
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
-            .timeout(Duration::from_secs(60))
+            .connect_timeout(Duration::from_secs(10))
             .user_agent(concat!("simplysync/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| TransportError(format!("cannot build the HTTP client: {e}")))?;
@@ -53,7 +53,7 @@ impl HttpTransport {
                 Method::Put => reqwest::Method::PUT,
                 Method::Head => reqwest::Method::HEAD,
             };
-            let mut r = self.client.request(method, &req.url);
+            let mut r = self.client.request(method, &req.url).timeout(Duration::from_millis(req.timeout_ms.into()));
             if let Some(t) = &req.bearer {
                 r = r.bearer_auth(t);
             }
@@ -63,15 +63,22 @@ impl HttpTransport {
             if let Some(b) = req.body {
                 r = r.body(b);
             }
-            let resp = r.send().await.map_err(|e| (TransportError(describe(&e)), e.is_request() || e.is_connect()))?;
+            let timeout = req.timeout_ms;
+            let resp = r.send().await.map_err(|e| {
+                (TransportError(describe(&e, timeout)), !e.is_timeout() && (e.is_request() || e.is_connect()))
+            })?;
             let status = resp.status().as_u16();
-            let body = resp.bytes().await.map_err(|e| (TransportError(describe(&e)), false))?.to_vec();
-            Ok(HttpResponse { status, body })
+            let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
+            let body = resp.bytes().await.map_err(|e| (TransportError(describe(&e, timeout)), false))?.to_vec();
+            Ok(HttpResponse { status, body, retry_after })
         }
     }
 }
 
-fn describe(e: &reqwest::Error) -> String {
+fn describe(e: &reqwest::Error, timeout_ms: u32) -> String {
+    if e.is_timeout() {
+        return format!("the relay did not answer within {timeout_ms} ms (request timed out)");
+    }
     let mut msg = e.to_string();
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {

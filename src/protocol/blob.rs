@@ -21,6 +21,8 @@ pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
 pub const MAX_CHUNK_SIZE: usize = 16 * 1024 * 1024;
 /// The manifest format version.
 pub const MANIFEST_VERSION: u32 = 1;
+/// Bytes a stored chunk adds to its plaintext: the 12-byte nonce and the 16-byte GCM tag.
+pub const CHUNK_OVERHEAD: usize = NONCE_LEN + TAG_LEN;
 
 /// One chunk as the manifest lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -120,6 +120,36 @@ pub fn header_aad(
     out
 }
 
+/// The length of the base64url (unpadded) text of `n` bytes.
+pub const fn base64url_len(n: usize) -> usize {
+    (n * 4).div_ceil(3)
+}
+
+/// The exact length of an envelope's JSON as the engine and relays store it (fields in the
+/// order `version, ownerId, eventId, deviceId, createdAt, streamId?, nonce, ciphertext`) for a
+/// plaintext of `plaintext_len` bytes — what a relay compares with `MAX_EVENT_BYTES`. Header
+/// fields are taken as they are written, escapes included.
+pub fn sealed_len(
+    owner_id: &str,
+    event_id: &str,
+    device_id: &str,
+    created_at: &str,
+    stream_id: Option<&str>,
+    plaintext_len: usize,
+) -> usize {
+    let text = |s: &str| serde_json::to_string(s).map_or(s.len() + 2, |t| t.len());
+    const FIXED: usize =
+        r#"{"version":1,"ownerId":,"eventId":,"deviceId":,"createdAt":,"nonce":"","ciphertext":""}"#.len();
+    FIXED
+        + text(owner_id)
+        + text(event_id)
+        + text(device_id)
+        + text(created_at)
+        + stream_id.map_or(0, |s| r#","streamId":"#.len() + text(s))
+        + base64url_len(NONCE_LEN)
+        + base64url_len(plaintext_len + TAG_LEN)
+}
+
 impl SyncEnvelope {
     /// This envelope's AAD.
     pub fn aad(&self) -> String {

@@ -48,6 +48,12 @@ pub enum IdentityError {
     /// All words are valid but the phrase's checksum does not match (a typo or swapped words).
     #[error("the recovery phrase's checksum does not match: a word is mistyped or out of order")]
     BadChecksum,
+    /// A phrase the BIP39 decoder refused for a reason none of the variants above names.
+    #[error("the recovery phrase is not valid BIP39: {reason}")]
+    InvalidPhrase {
+        /// The decoder's reason.
+        reason: String,
+    },
     /// An `sf1_` key that is not `sf1_` + base64url of exactly 32 bytes.
     #[error("invalid sf1_ recovery key: {reason}")]
     InvalidRecoveryKey {
@@ -172,7 +178,7 @@ fn mnemonic_entropy(normalized: &str) -> Result<Vec<u8>, IdentityError> {
         Err(bip39::Error::UnknownWord(i)) => {
             Err(IdentityError::UnknownWord { position: i + 1, word: words.get(i).copied().unwrap_or("").to_owned() })
         }
-        Err(other) => Err(IdentityError::InvalidRecoveryKey { reason: other.to_string() }),
+        Err(other) => Err(IdentityError::InvalidPhrase { reason: other.to_string() }),
     }
 }
 

@@ -24,9 +24,51 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// (year, month, day) → days since 1970-01-01, proleptic Gregorian (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = if m > 2 { m - 3 } else { m + 9 } as i64;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// Parses an HTTP date in its only sending format, IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`,
+/// RFC 9110 §5.6.7), to ms since the Unix epoch. Anything else is `None`.
+pub fn http_date_ms(text: &str) -> Option<u64> {
+    const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+    let parts: Vec<&str> = text.trim().split(' ').collect();
+    let [_, day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let num = |s: &str, len: usize| {
+        (s.len() == len && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse::<u32>().ok()).flatten()
+    };
+    let (d, y) = (num(day, 2)?, num(year, 4)?);
+    let m = MONTHS.iter().position(|n| n == month)? as u32 + 1;
+    let hms: Vec<&str> = time.split(':').collect();
+    let [h, mi, se] = hms.as_slice() else { return None };
+    let (h, mi, se) = (num(h, 2)?, num(mi, 2)?, num(se, 2)?);
+    if !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+        return None;
+    }
+    let days = days_from_civil(y as i64, m, d);
+    let secs = days * 86_400 + (h * 3600 + mi * 60 + se) as i64;
+    u64::try_from(secs).ok().map(|s| s * 1000)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reads_imf_fixdate_and_refuses_other_forms() {
+        assert_eq!(http_date_ms("Sun, 06 Nov 1994 08:49:37 GMT"), Some(784_111_777_000));
+        assert_eq!(http_date_ms("Sun, 30 Nov 2025 12:00:00 GMT"), Some(1_764_504_000_000));
+        assert_eq!(http_date_ms("Sunday, 06-Nov-94 08:49:37 GMT"), None);
+        assert_eq!(http_date_ms("120"), None);
+        assert_eq!(http_date_ms("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+    }
 
     #[test]
     fn formats_like_to_iso_string() {

@@ -8,6 +8,9 @@ use super::StoreError;
 
 /// Seen-set size: the lexicographically greatest ids are kept.
 pub const SEEN_CAP: u64 = 50_000;
+/// Quarantined events kept per relay (the newest); a hostile relay cannot grow the database
+/// without end. Older ones are dropped and counted (`quarantine_dropped:<relay>`).
+pub const QUARANTINE_CAP: u64 = 1000;
 
 /// True when the event was applied, or is deferred, already.
 pub fn already_handled(conn: &Connection, event_id: &str) -> Result<bool, StoreError> {
@@ -109,6 +112,26 @@ pub fn quarantine(conn: &Connection, e: &HeldEvent, now: u64) -> Result<(), Stor
     )?
     .execute(params![e.relay, e.event_id, e.envelope_json, e.reason, e.detail, now as i64])?;
     Ok(())
+}
+
+/// Quarantined events from `relay`.
+pub fn quarantine_count(conn: &Connection, relay: &str) -> Result<u64, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM _sync_quarantine WHERE relay = ?1")?
+        .query_row([relay], |r| r.get::<_, i64>(0))? as u64)
+}
+
+/// Keeps the newest `cap` quarantined events of `relay`; returns how many older ones went.
+pub fn cap_quarantine(conn: &Connection, relay: &str, cap: u64) -> Result<u64, StoreError> {
+    if quarantine_count(conn, relay)? <= cap {
+        return Ok(0);
+    }
+    let n = conn.execute(
+        "DELETE FROM _sync_quarantine WHERE relay = ?1 AND event_id NOT IN
+           (SELECT event_id FROM _sync_quarantine WHERE relay = ?1 ORDER BY at DESC, event_id DESC LIMIT ?2)",
+        params![relay, cap as i64],
+    )?;
+    Ok(n as u64)
 }
 
 /// Every quarantined event.

@@ -7,7 +7,10 @@ pub mod inbox;
 #[cfg(target_arch = "wasm32")]
 pub mod opfs;
 pub mod outbox;
+pub mod purged;
 pub mod rows;
+pub mod schema;
+pub mod set_aside;
 pub mod system;
 
 /// Why the local database could not be opened or used.
@@ -21,7 +24,7 @@ pub enum StoreError {
     Opfs(String),
     /// The declared schema conflicts with the database.
     #[error(transparent)]
-    Schema(#[from] crate::engine::schema::SchemaError),
+    Schema(#[from] schema::SchemaError),
     /// A value the engine itself wrote reads back malformed.
     #[error("corrupt local data: {0}")]
     Corrupt(String),

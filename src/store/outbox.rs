@@ -99,6 +99,7 @@ pub fn unacked_batch(
         "SELECT o.seq, o.event_id, o.envelope_json FROM _sync_outbox o
          WHERE o.seq > ?3 AND o.envelope_json IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
+           AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event' AND s.item = o.event_id)
          ORDER BY o.seq LIMIT ?2",
     )?;
     let mut rows = stmt.query(params![relay, limit, after])?;
@@ -126,12 +127,14 @@ pub fn record_acks(conn: &Connection, relay: &str, event_ids: &[String], now: u6
     Ok(())
 }
 
-/// Events of the outbox `relay` has not acknowledged (sealed or not).
+/// Events of the outbox `relay` has not acknowledged (sealed or not), not counting those set
+/// aside for it.
 pub fn pending_count(conn: &Connection, relay: &str) -> Result<u64, StoreError> {
     let n: i64 = conn
         .prepare_cached(
             "SELECT count(*) FROM _sync_outbox o
-         WHERE NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)",
+         WHERE NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
+           AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event' AND s.item = o.event_id)",
         )?
         .query_row([relay], |r| r.get(0))?;
     Ok(n as u64)
@@ -164,9 +167,10 @@ pub fn ack_without_push(conn: &Connection, relay: &str, event_id: &str) -> Resul
     Ok(())
 }
 
-/// Forgets every acknowledgement by `relay`.
+/// Forgets every acknowledgement by `relay`, and what was set aside for it.
 pub fn forget_relay(conn: &Connection, relay: &str) -> Result<(), StoreError> {
     conn.prepare_cached("DELETE FROM _sync_acks WHERE relay = ?1")?.execute([relay])?;
+    conn.prepare_cached("DELETE FROM _sync_set_aside WHERE relay = ?1")?.execute([relay])?;
     Ok(())
 }
 

@@ -4,8 +4,8 @@
 use rusqlite::types::Value;
 use rusqlite::{Connection, OptionalExtension, Row};
 
+use super::schema::{quote, Table};
 use super::StoreError;
-use crate::engine::schema::{quote, Table};
 
 /// One stored row: system columns plus app values in the table's column order.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,9 +126,12 @@ pub fn deleted_ids(conn: &Connection, table: &Table) -> Result<Vec<String>, Stor
     Ok(ids)
 }
 
-/// Hard-deletes a row; returns whether it existed.
-pub fn delete_row(conn: &Connection, table: &Table, id: &str) -> Result<bool, StoreError> {
-    Ok(conn.prepare_cached(&format!("DELETE FROM {} WHERE id = ?1", quote(&table.name)))?.execute([id])? > 0)
+/// Hard-deletes a row; returns the version (`updatedAt`) it had, if it existed.
+pub fn delete_row(conn: &Connection, table: &Table, id: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn
+        .prepare_cached(&format!("DELETE FROM {} WHERE id = ?1 RETURNING updatedAt", quote(&table.name)))?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
 }
 
 /// The greatest `updatedAt` over all tables (to resume the clock).

@@ -4,8 +4,8 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
+use super::schema::{quote, Schema, SchemaError};
 use super::StoreError;
-use crate::engine::schema::{quote, Schema, SchemaError};
 
 const SYSTEM_DDL: &str = "
 CREATE TABLE IF NOT EXISTS _sync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
@@ -60,6 +60,22 @@ CREATE TABLE IF NOT EXISTS _sync_requests (
     id     TEXT PRIMARY KEY,
     result TEXT NOT NULL,
     at     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_set_aside (
+    relay  TEXT NOT NULL,
+    kind   TEXT NOT NULL,
+    item   TEXT NOT NULL,
+    reason TEXT NOT NULL,
+    at     INTEGER NOT NULL,
+    PRIMARY KEY (relay, kind, item)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_purged (
+    table_name TEXT NOT NULL,
+    row_id     TEXT NOT NULL,
+    stream_id  TEXT NOT NULL,
+    hlc        TEXT NOT NULL,
+    at         INTEGER NOT NULL,
+    PRIMARY KEY (table_name, row_id)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
     relay TEXT NOT NULL,

@@ -52,8 +52,7 @@ async fn connection(tag: &str) -> Result<rusqlite::Connection, JsValue> {
 
 async fn engine(secret: &str, relays: Vec<String>, tag: &str) -> Result<Engine, JsValue> {
     let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
-    Engine::open(connection(tag).await?, EngineConfig { secret: secret.into(), relays, schema: schema() }, env)
-        .map_err(js_err)
+    Engine::open(connection(tag).await?, EngineConfig::new(secret, relays, schema()), env).map_err(js_err)
 }
 
 fn todo(i: u32) -> Json {

@@ -14,7 +14,7 @@ use super::convert::{serde_to_js, to_js, to_json};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport};
 use crate::engine::schema::SchemaDef;
-use crate::engine::{Engine, EngineConfig, EngineError, Env, ListOptions, Op, SyncTrigger};
+use crate::engine::{Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, SyncTrigger};
 use crate::protocol::entropy::OsEntropy;
 use crate::protocol::Json;
 use crate::store::opfs::{install_opfs, open_opfs};
@@ -36,6 +36,21 @@ struct OpenOptions {
     auto_sync: Option<bool>,
     /// "auto" (default: OPFS, else memory), "opfs" (fail without it), "memory".
     storage: Option<String>,
+    /// The relays' `MAX_EVENT_BYTES` (default 262144).
+    max_event_bytes: Option<f64>,
+    /// The relays' `MAX_BLOB_BYTES` (default 1048576).
+    max_blob_bytes: Option<f64>,
+    /// Each request's deadline (default 30000 ms).
+    request_timeout_ms: Option<f64>,
+}
+
+/// Reads a whole-number option, or its default.
+fn whole(value: Option<f64>, name: &str, default: u64) -> Result<u64, JsValue> {
+    match value {
+        None => Ok(default),
+        Some(v) if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 => Ok(v as u64),
+        Some(v) => Err(bad_arg(format!("{name} must be a whole number of at most {}, got {v}", u32::MAX))),
+    }
 }
 
 /// Where the database lives and how durable it is.
@@ -127,13 +142,14 @@ async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection
     }
 }
 
+/// An automatic pass in the background: at most one waits behind the running one. Failures
+/// are per relay and already in the statuses (a local database error too: the engine shows it
+/// as every relay's `local_storage` error).
 fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
     let inner = inner.clone();
     wasm_bindgen_futures::spawn_local(async move {
         if !inner.closed.get() {
-            // Failures are per relay and already in the statuses; a local database error has
-            // no caller to reach here, so it surfaces as a status event with the error.
-            let _ = inner.engine.sync(trigger).await;
+            let _ = inner.engine.sync_queued(trigger).await;
         }
     });
 }
@@ -150,7 +166,14 @@ impl WebEngine {
         }
         let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name).await?;
         let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
-        let config = EngineConfig { secret, relays: opts.relays, schema: opts.schema };
+        let defaults = EngineOptions::default();
+        let options = EngineOptions {
+            max_event_bytes: whole(opts.max_event_bytes, "maxEventBytes", defaults.max_event_bytes as u64)? as usize,
+            max_blob_bytes: whole(opts.max_blob_bytes, "maxBlobBytes", defaults.max_blob_bytes as u64)? as usize,
+            request_timeout_ms: whole(opts.request_timeout_ms, "requestTimeoutMs", defaults.request_timeout_ms.into())?
+                as u32,
+        };
+        let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
         let engine = Engine::open(conn, config, env).map_err(err)?;
         let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
         let inner = Rc::new(Inner {
@@ -171,7 +194,7 @@ impl WebEngine {
                     if poller.closed.get() {
                         break;
                     }
-                    let _ = poller.engine.sync(SyncTrigger::Poll).await;
+                    let _ = poller.engine.sync_queued(SyncTrigger::Poll).await;
                 }
             });
         }
@@ -188,7 +211,7 @@ impl WebEngine {
             sleep(WRITE_DEBOUNCE_MS).await;
             inner.write_sync_scheduled.set(false);
             if !inner.closed.get() {
-                let _ = inner.engine.sync(SyncTrigger::Write).await;
+                let _ = inner.engine.sync_queued(SyncTrigger::Write).await;
             }
         });
     }
@@ -381,9 +404,30 @@ impl WebEngine {
         self.inner.engine.recovery_secret()
     }
 
-    /// Moves everything to a new secret and closes the old owner on every relay.
+    /// Moves everything to a new secret and pushes it; the old owner stays open until
+    /// `confirmRekey()` (call it once the new secret is stored).
     pub async fn rekey(&self, new_secret: String) -> Result<JsValue, JsValue> {
         Ok(serde_to_js(&self.inner.engine.rekey(&new_secret).await.map_err(err)?))
+    }
+
+    /// Finishes a re-key: closes the old owner on every relay.
+    #[wasm_bindgen(js_name = confirmRekey)]
+    pub async fn confirm_rekey(&self) -> Result<JsValue, JsValue> {
+        Ok(serde_to_js(&self.inner.engine.confirm_rekey().await.map_err(err)?))
+    }
+
+    /// The owner id a re-key waiting for `confirmRekey()` moved to, or `null`.
+    #[wasm_bindgen(js_name = pendingRekey)]
+    pub fn pending_rekey(&self) -> Result<JsValue, JsValue> {
+        Ok(self.inner.engine.pending_rekey().map_err(err)?.map_or(JsValue::NULL, |o| JsValue::from_str(&o)))
+    }
+
+    /// Puts items relays refused on their own back in line; returns how many.
+    #[wasm_bindgen(js_name = retrySetAside)]
+    pub fn retry_set_aside(&self) -> Result<u32, JsValue> {
+        let n = self.inner.engine.retry_set_aside().map_err(err)?;
+        self.after_write();
+        Ok(n as u32)
     }
 
     /// Re-processes quarantined events; returns how many were released.

@@ -1,10 +1,13 @@
 //! The engine's I/O in a browser: `fetch` (window or worker), `Date.now()`, and timers.
 
 use js_sys::{Promise, Uint8Array};
+use std::cell::Cell;
+use std::rc::Rc;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
-use web_sys::{Headers, Request, RequestInit, Response};
+
+use web_sys::{AbortController, Headers, Request, RequestInit, Response};
 
 use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Transport, TransportError};
 
@@ -27,13 +30,15 @@ fn js_message(e: &JsValue) -> String {
         .unwrap_or_else(|| format!("{e:?}"))
 }
 
-/// HTTP through `fetch`.
+/// HTTP through `fetch`, each request aborted at its deadline (`AbortController`; the body's
+/// download included).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct FetchTransport;
 
 impl FetchTransport {
-    async fn send_inner(req: HttpRequest) -> Result<HttpResponse, JsValue> {
+    async fn send_inner(req: HttpRequest, controller: &AbortController) -> Result<HttpResponse, JsValue> {
         let init = RequestInit::new();
+        init.set_signal(Some(&controller.signal()));
         init.set_method(req.method.as_str());
         let headers = Headers::new()?;
         if let Some(t) = &req.bearer {
@@ -49,14 +54,35 @@ impl FetchTransport {
         let request = Request::new_with_str_and_init(&req.url, &init)?;
         let resp: Response = JsFuture::from(global_fetch(&request)).await?.dyn_into()?;
         let status = resp.status();
+        let retry_after = resp.headers().get("retry-after").ok().flatten();
         let body = JsFuture::from(resp.array_buffer()?).await?;
-        Ok(HttpResponse { status, body: Uint8Array::new(&body).to_vec() })
+        Ok(HttpResponse { status, body: Uint8Array::new(&body).to_vec(), retry_after })
     }
 }
 
 impl Transport for FetchTransport {
     fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
-        Box::pin(async move { Self::send_inner(req).await.map_err(|e| TransportError(js_message(&e))) })
+        Box::pin(async move {
+            let timeout_ms = req.timeout_ms;
+            let controller = AbortController::new().map_err(|e| TransportError(js_message(&e)))?;
+            let timed_out = Rc::new(Cell::new(false));
+            let timer = {
+                let (controller, timed_out) = (controller.clone(), timed_out.clone());
+                gloo_timers::callback::Timeout::new(timeout_ms, move || {
+                    timed_out.set(true);
+                    controller.abort();
+                })
+            };
+            let out = Self::send_inner(req, &controller).await;
+            drop(timer); // cancels the timer when the answer came first
+            out.map_err(|e| {
+                if timed_out.get() {
+                    TransportError(format!("the relay did not answer within {timeout_ms} ms (request timed out)"))
+                } else {
+                    TransportError(js_message(&e))
+                }
+            })
+        })
     }
 }
 

@@ -67,7 +67,7 @@ pub async fn open_named(
     relays: Vec<String>,
 ) -> Result<Device, EngineError> {
     let env = Env { transport: Rc::new(NoNetwork), clock: Rc::new(ManualClock::new(T0)), entropy: Box::new(OsEntropy) };
-    let engine = Engine::open(connection(name).await, EngineConfig { secret: secret.into(), relays, schema }, env)?;
+    let engine = Engine::open(connection(name).await, EngineConfig::new(secret, relays, schema), env)?;
     Ok(Device { engine })
 }
 

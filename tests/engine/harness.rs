@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use simplysync::engine::io::{HttpRequest, HttpResponse, LocalFuture, ManualClock, Transport, TransportError};
 use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
-use simplysync::engine::{Engine, EngineConfig, Env};
+use simplysync::engine::{Engine, EngineConfig, EngineOptions, Env};
 use simplysync::native::HttpTransport;
 use simplysync::protocol::entropy::OsEntropy;
 use simplysync::protocol::Json;
@@ -32,16 +32,39 @@ pub struct TestRelay {
     pub url: String,
     pub db: PathBuf,
     port: u16,
+    vars: Vec<(&'static str, String)>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl TestRelay {
     pub fn start() -> TestRelay {
+        TestRelay::start_with(&[])
+    }
+
+    /// A relay with some settings (environment variables of the relay) changed.
+    pub fn start_with(vars: &[(&'static str, &str)]) -> TestRelay {
         let db = temp_dir("relay").join("relay.sqlite");
-        let mut r = TestRelay { url: String::new(), db, port: 0, stop: None, thread: None };
+        let vars = vars.iter().map(|(k, v)| (*k, v.to_string())).collect();
+        let mut r = TestRelay { url: String::new(), db, port: 0, vars, stop: None, thread: None };
         r.spawn();
         r
+    }
+
+    /// Events the relay stores for `owner`.
+    pub fn events_of(&self, owner: &str) -> u64 {
+        let db = rusqlite::Connection::open(&self.db).unwrap();
+        db.query_row("SELECT count(*) FROM events WHERE owner_id = ?1", [owner], |r| r.get::<_, i64>(0)).unwrap() as u64
+    }
+
+    /// Whether the relay stores the event `event_id` of `owner`.
+    pub fn has_event(&self, owner: &str, event_id: &str) -> bool {
+        let db = rusqlite::Connection::open(&self.db).unwrap();
+        db.query_row("SELECT count(*) FROM events WHERE owner_id = ?1 AND event_id = ?2", [owner, event_id], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+            > 0
     }
 
     fn spawn(&mut self) {
@@ -50,6 +73,7 @@ impl TestRelay {
         self.port = listener.local_addr().unwrap().port();
         self.url = format!("http://127.0.0.1:{}", self.port);
         let db = self.db.clone();
+        let vars = self.vars.clone();
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
@@ -58,7 +82,7 @@ impl TestRelay {
                 let config = simplysync_relay::config::Config::from_lookup(|k| match k {
                     "DB_PATH" => Some(db.display().to_string()),
                     "COMPACTION_INTERVAL_MS" => Some("0".into()),
-                    _ => None,
+                    _ => vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone()),
                 })
                 .unwrap();
                 simplysync_relay::serve_on(listener, config, async move {
@@ -120,6 +144,31 @@ impl Drop for TestRelay {
     }
 }
 
+/// A "relay" that accepts connections and never answers (a stalled server or a black hole).
+pub struct StalledRelay {
+    pub url: String,
+    /// Connections it accepted (and holds open).
+    pub accepted: std::sync::Arc<AtomicU64>,
+}
+
+impl StalledRelay {
+    pub fn start() -> StalledRelay {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let accepted = std::sync::Arc::new(AtomicU64::new(0));
+        let count = accepted.clone();
+        std::thread::spawn(move || {
+            let mut held = Vec::new();
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { break };
+                count.fetch_add(1, Ordering::SeqCst);
+                held.push(conn);
+            }
+        });
+        StalledRelay { url, accepted }
+    }
+}
+
 /// Produces an injected answer.
 pub type Responder = Box<dyn Fn(&HttpRequest) -> Result<HttpResponse, TransportError>>;
 
@@ -158,10 +207,35 @@ impl FaultyTransport {
             matches: Box::new(move |r| r.url.contains(path)),
             respond: Box::new(move |_| {
                 let body = serde_json::json!({"error": "injected", "message": format!("injected {status}")});
-                Ok(HttpResponse { status, body: body.to_string().into_bytes() })
+                Ok(HttpResponse::new(status, body.to_string()))
             }),
             times,
         });
+    }
+
+    /// Answers requests for which `matches` holds with `status` and `body` (and a
+    /// `Retry-After` header, if given), instead of the relay.
+    pub fn answer(
+        &self,
+        matches: impl Fn(&HttpRequest) -> bool + 'static,
+        status: u16,
+        body: &str,
+        retry_after: Option<&str>,
+        times: Option<u32>,
+    ) {
+        let (body, retry_after) = (body.to_owned(), retry_after.map(str::to_owned));
+        self.faults.borrow_mut().push_back(Fault {
+            matches: Box::new(matches),
+            respond: Box::new(move |_| {
+                Ok(HttpResponse { status, body: body.clone().into_bytes(), retry_after: retry_after.clone() })
+            }),
+            times,
+        });
+    }
+
+    /// Requests sent so far whose URL contains `part` (with `method`).
+    pub fn sent(&self, method: &str, part: &str) -> usize {
+        self.log.borrow().iter().filter(|(m, u, _)| m == method && u.contains(part)).count()
     }
 
     /// Makes every request fail as if the network were down.
@@ -237,6 +311,12 @@ pub struct Device {
     pub net: Rc<FaultyTransport>,
 }
 
+impl std::fmt::Debug for Device {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Device").field("engine", &self.engine).finish()
+    }
+}
+
 pub struct DeviceSpec<'a> {
     pub secret: &'a str,
     pub relays: Vec<String>,
@@ -251,16 +331,50 @@ impl Device {
     }
 
     pub fn try_open(spec: DeviceSpec<'_>) -> Result<Device, simplysync::engine::EngineError> {
+        Device::try_open_with(spec, EngineOptions::default())
+    }
+
+    pub fn try_open_with(
+        spec: DeviceSpec<'_>,
+        options: EngineOptions,
+    ) -> Result<Device, simplysync::engine::EngineError> {
         let clock = Rc::new(ManualClock::new(spec.clock_ms));
         let net = FaultyTransport::new();
         let conn = match &spec.db_path {
             Some(p) => simplysync::store::open_path(p.to_str().unwrap()).unwrap(),
             None => simplysync::store::open_memory().unwrap(),
         };
-        let config = EngineConfig { secret: spec.secret.into(), relays: spec.relays, schema: spec.schema };
+        let mut config = EngineConfig::new(spec.secret, spec.relays, spec.schema);
+        config.options = options;
         let env = Env { transport: net.clone(), clock: clock.clone(), entropy: Box::new(OsEntropy) };
         let engine = Engine::open(conn, config, env)?;
         Ok(Device { engine, clock, net })
+    }
+
+    /// A device on `relays` with the todo schema, an in-memory database and `options`.
+    pub fn with_options(secret: &str, relays: &[&str], options: EngineOptions) -> Device {
+        Device::try_open_with(
+            DeviceSpec {
+                secret,
+                relays: relays.iter().map(|s| s.to_string()).collect(),
+                schema: todo_schema(1, &[]),
+                db_path: None,
+                clock_ms: T0,
+            },
+            options,
+        )
+        .unwrap()
+    }
+
+    /// The device's relay status for relay `i`.
+    pub fn status(&self, i: usize) -> simplysync::engine::RelayStatus {
+        self.engine.relay_statuses_local().unwrap().swap_remove(i)
+    }
+
+    /// Counts rows of a system table.
+    pub fn count(&self, table: &str) -> u64 {
+        let rows = self.engine.query(&format!("SELECT count(*) AS n FROM {table}"), &[]).unwrap();
+        rows[0].get("n").unwrap().as_f64().unwrap() as u64
     }
 
     /// A device on `relays` with the todo schema and an in-memory database.

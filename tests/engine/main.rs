@@ -7,7 +7,10 @@ mod harness;
 mod cli_sync;
 mod convergence;
 mod failures;
-
+mod hostile;
 mod property;
 mod purge_rekey_blobs;
 mod recovery;
+mod remember;
+mod rules;
+mod undeliverable;

@@ -5,9 +5,7 @@ use simplysync::engine::RelayState;
 use simplysync::protocol::Json;
 
 fn events_on(relay: &TestRelay, d: &Device) -> u64 {
-    let db = rusqlite::Connection::open(&relay.db).unwrap();
-    db.query_row("SELECT count(*) FROM events WHERE owner_id = ?1", [d.engine.owner_id()], |r| r.get::<_, i64>(0))
-        .unwrap() as u64
+    relay.events_of(&d.engine.owner_id())
 }
 
 #[tokio::test]
@@ -91,6 +89,9 @@ async fn rekey_moves_everything_to_the_new_owner_and_the_old_owner_gets_410() {
     assert!(report.relays[0].error.is_none(), "{report:?}");
     assert_ne!(a.engine.owner_id(), old_owner);
     assert_eq!(a.engine.recovery_secret(), new_secret);
+    // The app stored the new secret: it confirms, and the old owner is closed.
+    let report = a.engine.confirm_rekey().await.unwrap();
+    assert!(report.relays[0].error.is_none(), "{report:?}");
 
     // The old phrase is dead on the relay: the holder of the leaked phrase gets 410.
     attacker.engine.insert("todos", todo("evil", "x")).unwrap();

@@ -5,36 +5,6 @@ use simplysync::engine::io::HttpResponse;
 use simplysync::engine::RelayState;
 use simplysync::protocol::{parse_json, SyncEnvelope};
 
-#[tokio::test]
-async fn a_crash_between_page_commit_and_cursor_save_replays_the_page_safely() {
-    let relay = TestRelay::start();
-    let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..20 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "v1")).unwrap();
-    }
-    a.sync().await;
-    let b = Device::new(&secret, &[&relay.url]);
-    b.engine.faults.borrow_mut().crash_after_page_commit = true;
-    let r = b.sync().await;
-    assert!(r.relays[0].error.is_some(), "the pass died after the page committed");
-    assert_eq!(b.todos().len(), 20, "the page's applies committed");
-    assert_eq!(
-        b.engine.query("SELECT count(*) AS n FROM _sync_meta WHERE key LIKE 'cursor:%'", &[]).unwrap()[0]
-            .get("n")
-            .unwrap()
-            .as_f64(),
-        Some(0.0)
-    );
-    let r = b.sync().await;
-    assert_eq!(
-        (r.relays[0].received, r.relays[0].applied),
-        (20, 0),
-        "the replayed page is recognized and applies nothing twice"
-    );
-    assert_eq!(b.snapshot(), a.snapshot());
-}
-
 fn tamper(alter: fn(&mut SyncEnvelope)) -> crate::harness::Rewrite {
     Box::new(move |req, mut resp: HttpResponse| {
         if req.url.contains("/v1/events?") && resp.status == 200 {

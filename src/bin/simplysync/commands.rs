@@ -9,6 +9,8 @@ use simplysync::native::{HttpTransport, SystemClock};
 use simplysync::protocol::entropy::OsEntropy;
 use simplysync::protocol::{create_mnemonic, create_recovery_key, Secret};
 
+use crate::writes;
+
 #[derive(Parser)]
 #[command(name = "simplysync", version, about = "SimplySync command line: identities, and sync without a browser")]
 struct Cli {
@@ -17,7 +19,7 @@ struct Cli {
 }
 
 #[derive(Args)]
-struct Store {
+pub(crate) struct Store {
     /// The SQLite database file.
     #[arg(long)]
     db: PathBuf,
@@ -32,9 +34,18 @@ struct Store {
 
 #[derive(Args)]
 struct Relays {
-    /// A relay base URL (repeatable).
-    #[arg(long = "relay", env = "SIMPLYSYNC_RELAYS", value_delimiter = ',', required = true)]
+    /// A relay base URL (repeatable); defaults to the relays the database was last used with.
+    #[arg(long = "relay", env = "SIMPLYSYNC_RELAYS", value_delimiter = ',')]
     relays: Vec<String>,
+    /// Each request's deadline, in ms.
+    #[arg(long, default_value_t = simplysync::engine::DEFAULT_REQUEST_TIMEOUT_MS)]
+    timeout_ms: u32,
+}
+
+impl Relays {
+    fn list(&self) -> Option<Vec<String>> {
+        (!self.relays.is_empty()).then(|| self.relays.clone())
+    }
 }
 
 #[derive(Subcommand)]
@@ -87,6 +98,8 @@ enum Command {
         #[arg(long)]
         include_deleted: bool,
     },
+    #[command(flatten)]
+    Write(writes::Write),
 }
 
 pub fn main() -> ExitCode {
@@ -115,11 +128,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn pretty(v: &impl serde::Serialize) -> Result<String, String> {
+pub(crate) fn pretty(v: &impl serde::Serialize) -> Result<String, String> {
     serde_json::to_string_pretty(v).map_err(|e| e.to_string())
 }
 
-fn open(store: &Store, relays: Vec<String>) -> Result<Engine, String> {
+/// Opens the engine on `store`'s database; `relays: None` keeps the relays stored there.
+pub(crate) fn open(store: &Store, relays: Option<Vec<String>>, timeout_ms: u32) -> Result<Engine, String> {
     let path = store.db.to_str().ok_or("the --db path is not UTF-8")?;
     let conn = simplysync::store::open_path(path).map_err(|e| format!("{}: {e}", store.db.display()))?;
     let schema: SchemaDef = match &store.schema {
@@ -133,8 +147,10 @@ fn open(store: &Store, relays: Vec<String>) -> Result<Engine, String> {
     };
     let transport = HttpTransport::new().map_err(|e| e.to_string())?;
     let env = Env { transport: Rc::new(transport), clock: Rc::new(SystemClock), entropy: Box::new(OsEntropy) };
-    Engine::open(conn, EngineConfig { secret: store.secret.clone(), relays, schema }, env)
-        .map_err(|e| format!("{} ({})", e, e.code()))
+    let mut config = EngineConfig::with_stored_relays(store.secret.clone(), schema);
+    config.relays = relays;
+    config.options.request_timeout_ms = timeout_ms;
+    Engine::open(conn, config, env).map_err(|e| format!("{} ({})", e, e.code()))
 }
 
 async fn run(command: Command) -> Result<String, String> {
@@ -156,7 +172,7 @@ async fn run(command: Command) -> Result<String, String> {
         Command::NewKey => create_recovery_key(&mut OsEntropy).map_err(|e| e.to_string()),
         Command::NewPhrase => create_mnemonic(&mut OsEntropy).map_err(|e| e.to_string()),
         Command::Sync { store, relays, once, interval_ms } => {
-            let engine = open(&store, relays.relays)?;
+            let engine = open(&store, relays.list(), relays.timeout_ms)?;
             loop {
                 let report = engine.sync(SyncTrigger::Manual).await.map_err(|e| e.to_string())?;
                 let failed = report.relays.iter().any(|r| r.error.is_some());
@@ -172,7 +188,10 @@ async fn run(command: Command) -> Result<String, String> {
             }
         }
         Command::Restore { store, relays } => {
-            let engine = open(&store, relays.relays)?;
+            let engine = open(&store, relays.list(), relays.timeout_ms)?;
+            if engine.relay_urls().is_empty() {
+                return Err("restore needs a relay: pass --relay URL".into());
+            }
             let opts = ListOptions { include_deleted: true, limit: Some(1), ..Default::default() };
             let mut has_rows = false;
             for t in engine.schema().tables() {
@@ -196,11 +215,11 @@ async fn run(command: Command) -> Result<String, String> {
             )
         }
         Command::Status { store, relays } => {
-            let engine = open(&store, relays.relays)?;
+            let engine = open(&store, relays.list(), relays.timeout_ms)?;
             pretty(&engine.relay_statuses().await.map_err(|e| e.to_string())?)
         }
         Command::Export { store, include_deleted } => {
-            let engine = open(&store, vec![])?;
+            let engine = open(&store, None, simplysync::engine::DEFAULT_REQUEST_TIMEOUT_MS)?;
             let opts = ListOptions { include_deleted, ..Default::default() };
             let mut out = serde_json::Map::new();
             for t in engine.schema().tables() {
@@ -209,5 +228,6 @@ async fn run(command: Command) -> Result<String, String> {
             }
             pretty(&out)
         }
+        Command::Write(w) => writes::run(w),
     }
 }

@@ -1,0 +1,287 @@
+//! Pull: pages of a relay's log after this device's cursor, each applied in one transaction,
+//! the cursor saved only after the page committed (a crash replays the page, harmlessly).
+//!
+//! A relay that misbehaves cannot hold the engine: a page's envelopes are parsed one by one
+//! (a malformed one is quarantined `MALFORMED_ENVELOPE`, the rest apply); the loop ends with a
+//! status error when the cursor repeats within a pass or goes backwards, or after more pages
+//! than the relay's reported head could need; and a 404 is taken as "the relay lost this
+//! owner" only when the body is the relay's JSON error, `/health` answers 200 and
+//! `/v1/status` answers 404 too.
+
+use std::collections::HashSet;
+
+use serde::Deserialize;
+
+use super::apply::{quarantine_reason, Outcome};
+use super::events::{ChangeEvent, ChangeSource, Progress};
+use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
+use super::sync::{PassError, RelayPassReport, BATCH};
+use super::Engine;
+use crate::protocol::identity::sha256_base64url;
+use crate::protocol::SyncEnvelope;
+use crate::store::inbox::{self, HeldEvent, QUARANTINE_CAP};
+use crate::store::system;
+
+/// Pages one pass takes from a relay that reports no head seq (10 million events).
+pub const MAX_PAGES_WITHOUT_HEAD: u64 = 10_000;
+/// The most raw text kept of a malformed envelope in the quarantine.
+const MAX_MALFORMED_KEPT: usize = 64 * 1024;
+
+/// How a pull ended.
+pub(crate) enum PullEnd {
+    /// Caught up (or the relay has nothing for this owner yet).
+    Done,
+    /// The relay lost this owner's data: why.
+    Wiped(String),
+}
+
+/// Pages a pull may take when the relay reports its head: twice what the first page implies,
+/// plus slack. A relay serving more is looping or lying.
+fn page_budget(head: u64, cursor: u64, first_page_len: usize) -> u64 {
+    let per_page = first_page_len.max(1) as u64;
+    let needed = head.saturating_sub(cursor).div_ceil(per_page);
+    needed.saturating_mul(2).saturating_add(10).min(MAX_PAGES_WITHOUT_HEAD * 10)
+}
+
+/// The event id to file a malformed envelope under: its `eventId` if that is a usable string,
+/// else a digest of its text.
+fn malformed_event_id(raw: &str) -> String {
+    #[derive(Deserialize)]
+    struct IdOnly {
+        #[serde(rename = "eventId")]
+        event_id: Option<serde_json::Value>,
+    }
+    match serde_json::from_str::<IdOnly>(raw) {
+        Ok(IdOnly { event_id: Some(serde_json::Value::String(id)) }) if !id.is_empty() && id.len() <= 256 => id,
+        _ => format!("malformed:{}", &sha256_base64url(raw.as_bytes())[..22]),
+    }
+}
+
+fn cursor_failure(code: &str, message: String) -> PassError {
+    RelayFailure::detected(200, code, message).into()
+}
+
+impl Engine {
+    pub(crate) async fn pull_from(&self, url: &str, report: &mut RelayPassReport) -> Result<PullEnd, PassError> {
+        let identity = self.identity();
+        let api = self.api(url, &identity);
+        let cursor_key = format!("cursor:{url}");
+        let epoch_key = format!("epoch:{url}");
+        let mut cursor = self.meta(&cursor_key)?.unwrap_or_default();
+        let stored_epoch = self.meta(&epoch_key)?;
+        let mut visited: HashSet<String> = HashSet::from([cursor.clone()]);
+        let mut budget = MAX_PAGES_WITHOUT_HEAD;
+        let mut progress = Progress {
+            relay: url.to_owned(),
+            pages: 0,
+            events_received: 0,
+            events_applied: 0,
+            bytes: 0,
+            head_seq: None,
+            cursor: cursor.clone(),
+            done: false,
+        };
+        let clock = self.wall.clone();
+        loop {
+            let t0 = clock.precise_ms();
+            let answer = api.pull(&cursor, BATCH).await?;
+            let t1 = clock.precise_ms();
+            report.timings.http_ms += t1 - t0;
+            let resp = match answer {
+                PullAnswer::NotFound(resp) => return self.unknown_owner(&api, &cursor, &resp).await,
+                PullAnswer::Page(resp) => resp,
+            };
+            let page = PullAnswer::parse(&resp)?;
+            report.timings.parse_ms += clock.precise_ms() - t1;
+            if let (Some(stored), Some(epoch)) = (&stored_epoch, &page.epoch) {
+                if stored != epoch {
+                    return Ok(PullEnd::Wiped(format!("the relay's database changed (epoch {stored} → {epoch})")));
+                }
+            }
+            let numeric = cursor.parse::<u64>().ok();
+            if let (Some(head), Some(c)) = (page.head_seq, numeric) {
+                if head < c {
+                    return Ok(PullEnd::Wiped(format!(
+                        "the relay's head seq {head} is behind this device's cursor {c}"
+                    )));
+                }
+            }
+            if progress.pages == 0 {
+                if let Some(head) = page.head_seq {
+                    budget = page_budget(head, numeric.unwrap_or(0), page.events.len());
+                }
+            }
+            let now = self.now();
+            let t_apply = clock.precise_ms();
+            self.decrypt_ms.set(0.0);
+            let (changes, stats) = self.write(|tx| {
+                let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
+                for raw in &page.events {
+                    let outcome = match serde_json::from_str::<SyncEnvelope>(raw.get()) {
+                        Ok(env) => self.process(tx, &identity, url, &env, false, now)?,
+                        Err(e) => {
+                            let text = raw.get();
+                            let kept: String = text.chars().take(MAX_MALFORMED_KEPT).collect();
+                            let held = HeldEvent {
+                                event_id: malformed_event_id(text),
+                                relay: url.to_owned(),
+                                detail: format!("not an envelope: {e}"),
+                                envelope_json: kept,
+                                reason: quarantine_reason::MALFORMED_ENVELOPE.into(),
+                                at: None,
+                            };
+                            inbox::quarantine(tx, &held, now)?;
+                            Outcome::Quarantined
+                        }
+                    };
+                    match outcome {
+                        Outcome::Applied(c) => {
+                            stats[0] += 1;
+                            changes.push(c);
+                        }
+                        Outcome::Deferred => stats[1] += 1,
+                        Outcome::Quarantined => stats[2] += 1,
+                        Outcome::Stale | Outcome::Duplicate => {}
+                    }
+                }
+                if stats[2] > 0 {
+                    let dropped = inbox::cap_quarantine(tx, url, QUARANTINE_CAP)?;
+                    if dropped > 0 {
+                        let key = format!("quarantine_dropped:{url}");
+                        let before: u64 = system::meta_get(tx, &key)?.and_then(|n| n.parse().ok()).unwrap_or(0);
+                        system::meta_set(tx, &key, &(before + dropped).to_string())?;
+                    }
+                }
+                self.persist_clock(tx)?;
+                Ok((changes, stats))
+            })?;
+            let decrypt = self.decrypt_ms.get();
+            report.timings.decrypt_ms += decrypt;
+            report.received += page.events.len() as u64;
+            report.applied += stats[0];
+            report.deferred += stats[1];
+            report.quarantined += stats[2];
+            self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
+            // The page is applied (replaying it is harmless); a cursor that does not move
+            // forward is never saved.
+            let next = page.next_cursor.clone();
+            if let (Some(c), Ok(n)) = (numeric, next.parse::<u64>()) {
+                if n < c {
+                    return Err(cursor_failure(
+                        "relay_cursor_backwards",
+                        format!("the relay's cursor went backwards ({c} → {n}); the pull stopped"),
+                    ));
+                }
+            }
+            if !page.events.is_empty() && visited.contains(&next) {
+                return Err(cursor_failure(
+                    "relay_cursor_loop",
+                    format!("the relay's cursor {next:?} came back within one pass; the pull stopped"),
+                ));
+            }
+            // Only after the page committed: the cursor (so a crash in between replays the page).
+            self.write(|tx| {
+                system::meta_set(tx, &cursor_key, &next)?;
+                if let Some(e) = &page.epoch {
+                    system::meta_set(tx, &epoch_key, e)?;
+                }
+                Ok(())
+            })?;
+            report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
+            progress.pages += 1;
+            progress.events_received += page.events.len() as u64;
+            progress.events_applied += stats[0];
+            progress.bytes += resp.body.len() as u64;
+            progress.head_seq = page.head_seq;
+            progress.cursor = next.clone();
+            self.listeners.emit_progress(&progress);
+            // Relays clamp `limit` (MAX_EVENTS_PER_PULL), so a short page does not mean the end:
+            // continue until an empty page, a cursor that stops moving, or the reported head.
+            let at_head = match (page.head_seq, next.parse::<u64>()) {
+                (Some(h), Ok(c)) => c >= h,
+                _ => false,
+            };
+            if page.events.is_empty() || next == cursor || at_head {
+                break;
+            }
+            if progress.pages >= budget {
+                return Err(cursor_failure(
+                    "pull_incomplete",
+                    format!(
+                        "stopped after {} pages without reaching the relay's head {:?}; the next pass continues",
+                        progress.pages, page.head_seq
+                    ),
+                ));
+            }
+            visited.insert(next.clone());
+            cursor = next;
+        }
+        progress.done = true;
+        self.listeners.emit_progress(&progress);
+        Ok(PullEnd::Done)
+    }
+
+    /// A pull answered 404. With no cursor yet it means "nothing pushed for this owner"; with
+    /// one, the relay lost the owner — but only if the answer is the relay's own and the relay
+    /// confirms it (`/health` 200, `/v1/status` 404). Anything else is a failure in the status,
+    /// never a re-upload.
+    async fn unknown_owner(
+        &self,
+        api: &RelayApi<'_>,
+        cursor: &str,
+        resp: &super::io::HttpResponse,
+    ) -> Result<PullEnd, PassError> {
+        if error_body(resp).is_none() {
+            return Err(RelayFailure::detected(
+                404,
+                "foreign_404",
+                "the pull answered 404 without the relay's JSON error (a proxy's page, or a wrong base \
+                 path?); nothing was re-uploaded"
+                    .into(),
+            )
+            .into());
+        }
+        if cursor.is_empty() {
+            return Ok(PullEnd::Done);
+        }
+        let healthy = api.health().await?;
+        let status = api.status_raw().await?;
+        if healthy && status.status == 404 && error_body(&status).is_some() {
+            return Ok(PullEnd::Wiped(
+                "the relay no longer knows this owner (404 after pulling, confirmed by /health and /v1/status)".into(),
+            ));
+        }
+        Err(RelayFailure::detected(
+            404,
+            "unconfirmed_404",
+            format!(
+                "the pull answered 404 but /health {} and /v1/status answered {}; not treated as lost data",
+                if healthy { "is fine" } else { "failed" },
+                status.status
+            ),
+        )
+        .into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_budget_follows_the_reported_head() {
+        assert_eq!(page_budget(5000, 0, 1000), 20);
+        assert_eq!(page_budget(5000, 4500, 1000), 12);
+        assert_eq!(page_budget(10, 0, 0), 30);
+        assert_eq!(page_budget(0, 0, 0), 10);
+    }
+
+    #[test]
+    fn a_malformed_envelope_is_filed_under_its_event_id_or_a_digest() {
+        assert_eq!(malformed_event_id(r#"{"eventId":"e1","version":"x"}"#), "e1");
+        let a = malformed_event_id(r#"{"eventId":5}"#);
+        assert!(a.starts_with("malformed:") && a.len() == "malformed:".len() + 22, "{a}");
+        assert_ne!(a, malformed_event_id(r#"{"eventId":6}"#));
+        assert!(malformed_event_id("[1,2]").starts_with("malformed:"));
+    }
+}

@@ -1,0 +1,337 @@
+//! Things the device must remember: the relay set, purges, failures of its own database, and a
+//! re-key that must survive a crash at any step.
+
+use std::path::{Path, PathBuf};
+
+use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
+use simplysync::engine::{RelayState, SyncTrigger};
+use simplysync::protocol::Json;
+
+fn on_file(secret: &str, relays: &[&str], path: &Path) -> Device {
+    Device::open(spec(secret, relays, path))
+}
+
+fn spec<'a>(secret: &'a str, relays: &[&str], path: &Path) -> DeviceSpec<'a> {
+    DeviceSpec {
+        secret,
+        relays: relays.iter().map(|s| s.to_string()).collect(),
+        schema: todo_schema(1, &[]),
+        db_path: Some(path.to_owned()),
+        clock_ms: T0,
+    }
+}
+
+fn db_file(tag: &str) -> PathBuf {
+    temp_dir(tag).join("db.sqlite")
+}
+
+#[tokio::test]
+async fn a_relay_that_leaves_the_apps_list_and_comes_back_is_backfilled_with_what_it_missed() {
+    let (r1, r2) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let path = db_file("relay-set");
+    let a = on_file(&secret, &[&r1.url, &r2.url], &path);
+    a.engine.insert("todos", todo("before", "x")).unwrap();
+    a.sync().await;
+    drop(a);
+    // An app update drops r2 from its list; a write made meanwhile reaches r1 only, and the
+    // outbox forgets it once r1 acknowledged it.
+    let a = on_file(&secret, &[&r1.url], &path);
+    a.engine.insert("todos", todo("while-absent", "x")).unwrap();
+    a.sync().await;
+    assert_eq!(a.count("_sync_outbox"), 0);
+    drop(a);
+    // r2 comes back: it is new to this device again and gets every current row.
+    let a = on_file(&secret, &[&r1.url, &r2.url], &path);
+    let r = a.sync().await;
+    assert_eq!(r.relays[1].pushed, 2, "{r:?}");
+    let fresh = Device::new(&secret, &[&r2.url]);
+    fresh.sync().await;
+    assert!(fresh.engine.get("todos", "while-absent").unwrap().is_some());
+}
+
+#[tokio::test]
+async fn relays_added_or_removed_at_run_time_are_remembered_across_restarts() {
+    let (r1, r2) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let path = db_file("relay-runtime");
+    let a = on_file(&secret, &[&r1.url], &path);
+    a.engine.add_relay(&r2.url).unwrap();
+    drop(a);
+    let a = on_file(&secret, &[&r1.url], &path);
+    assert_eq!(a.engine.relay_urls(), [r1.url.clone(), r2.url.clone()]);
+    a.engine.remove_relay(&r1.url).unwrap();
+    drop(a);
+    let a = on_file(&secret, &[&r1.url], &path);
+    assert_eq!(a.engine.relay_urls(), std::slice::from_ref(&r2.url), "a relay removed by the user stays removed");
+    a.engine.add_relay(&r1.url).unwrap();
+    drop(a);
+    let a = on_file(&secret, &[&r1.url], &path);
+    assert_eq!(a.engine.relay_urls(), [r1.url.clone(), r2.url.clone()]);
+    // A tool that passes no list keeps the stored set as it is.
+    let conn = simplysync::store::open_path(path.to_str().unwrap()).unwrap();
+    drop(a);
+    let env = simplysync::engine::Env {
+        transport: std::rc::Rc::new(simplysync::native::HttpTransport::new().unwrap()),
+        clock: std::rc::Rc::new(simplysync::engine::io::ManualClock::new(T0)),
+        entropy: Box::new(simplysync::protocol::entropy::OsEntropy),
+    };
+    let config = simplysync::engine::EngineConfig::with_stored_relays(secret.clone(), todo_schema(1, &[]));
+    let e = simplysync::engine::Engine::open(conn, config, env).unwrap();
+    assert_eq!(e.relay_urls(), [r1.url.clone(), r2.url.clone()]);
+}
+
+#[tokio::test]
+async fn a_purged_row_does_not_come_back_from_an_older_event_pushed_late() {
+    let (r1, mut r2) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let a = Device::new(&secret, &[&r1.url, &r2.url]);
+    let b = Device::new(&secret, &[&r1.url]);
+    a.engine.insert("todos", todo("x", "v1")).unwrap();
+    a.sync().await;
+    b.sync().await;
+    // B edits x while offline; later (in HLC order) A deletes and purges it.
+    b.engine.update("todos", "x", Json::object([("title", Json::from("b's older edit"))])).unwrap();
+    a.clock.advance(60_000);
+    a.engine.delete("todos", "x").unwrap();
+    a.engine.purge_deleted().unwrap();
+    r2.stop();
+    a.sync().await;
+    assert_eq!(a.engine.purge_queue_len().unwrap(), 1, "r2 still has to compact");
+    // B comes online and pushes its older edit to r1, after r1 compacted the stream.
+    b.sync().await;
+    let r = a.sync().await;
+    assert_eq!(r.relays[0].received, 1, "{r:?}");
+    assert!(a.engine.get("todos", "x").unwrap().is_none(), "the purged row stays purged");
+    assert!(a.todos().is_empty());
+    // Once every relay acknowledged and the retention passed, the record goes.
+    r2.restart();
+    a.sync().await;
+    assert_eq!(a.engine.purge_queue_len().unwrap(), 0);
+    assert_eq!(a.count("_sync_purged"), 1, "kept for the retention period");
+    a.clock.advance(simplysync::store::purged::RETENTION_MS + 1);
+    a.sync().await;
+    assert_eq!(a.count("_sync_purged"), 0);
+}
+
+/// Makes every save of a pull cursor fail, as a full disk would, through a trigger installed
+/// on the database file from outside the engine.
+fn break_cursor_saves(path: &Path) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER fail_cursor BEFORE INSERT ON _sync_meta WHEN NEW.key LIKE 'cursor:%'
+             BEGIN SELECT RAISE(ABORT, 'database or disk is full (injected)'); END;",
+        )
+        .unwrap();
+}
+
+fn repair_cursor_saves(path: &Path) {
+    rusqlite::Connection::open(path).unwrap().execute_batch("DROP TRIGGER fail_cursor").unwrap();
+}
+
+#[tokio::test]
+async fn a_crash_between_page_commit_and_cursor_save_replays_the_page_safely() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    for i in 0..20 {
+        a.engine.insert("todos", todo(&format!("r{i}"), "v1")).unwrap();
+    }
+    a.sync().await;
+    let path = db_file("crash");
+    let b = on_file(&secret, &[&relay.url], &path);
+    break_cursor_saves(&path);
+    let err = b.engine.sync(SyncTrigger::Manual).await.unwrap_err();
+    assert_eq!(err.code(), "STORAGE");
+    assert_eq!(b.todos().len(), 20, "the page's applies committed");
+    // The failure of the device's own database shows in the relay's status, with the reason.
+    let s = b.status(0);
+    let e = s.error.unwrap();
+    assert_eq!((s.state, e.code.as_deref()), (RelayState::Error, Some("local_storage")));
+    assert!(e.message.contains("disk is full"), "{}", e.message);
+    repair_cursor_saves(&path);
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].received, r.relays[0].applied), (20, 0), "replayed, applied nothing twice");
+    assert_eq!(b.snapshot(), a.snapshot());
+    assert_eq!(b.status(0).state, RelayState::Synced);
+}
+
+#[tokio::test]
+async fn a_bad_stored_device_id_is_reported_as_corrupt_local_data() {
+    let path = db_file("device-id");
+    let secret = phrase();
+    drop(on_file(&secret, &[], &path));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE _sync_meta SET value = 'not a device id!' WHERE key = 'device_id'", [])
+        .unwrap();
+    let err = Device::try_open(spec(&secret, &[], &path)).unwrap_err();
+    assert_eq!(err.code(), "STORAGE");
+    let msg = err.to_string();
+    assert!(msg.contains("device id") && msg.contains("corrupt") && !msg.contains("OPFS"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_secret_of_another_owner_changes_nothing_in_the_database() {
+    let path = db_file("mismatch");
+    let a = on_file(&phrase(), &[], &path);
+    drop(a);
+    let mut other_schema = todo_schema(1, &["notes"]);
+    other_schema.tables[0]
+        .columns
+        .push(simplysync::engine::schema::ColumnDef::new("extra", simplysync::engine::schema::ColumnType::Text));
+    let err = Device::try_open(DeviceSpec {
+        secret: &phrase(),
+        relays: vec![],
+        schema: other_schema,
+        db_path: Some(path.clone()),
+        clock_ms: T0,
+    })
+    .unwrap_err();
+    assert_eq!(err.code(), "OWNER_MISMATCH");
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let tables: i64 =
+        conn.query_row("SELECT count(*) FROM sqlite_master WHERE name = 'notes'", [], |r| r.get(0)).unwrap();
+    assert_eq!(tables, 0, "no table was created for the wrong owner");
+}
+
+mod rekey {
+    use super::*;
+
+    struct Setup {
+        relay: TestRelay,
+        old: String,
+        new: String,
+        path: PathBuf,
+        old_owner: String,
+        new_owner: String,
+    }
+
+    async fn device_with_data(tag: &str) -> (Setup, Device) {
+        let relay = TestRelay::start();
+        let (old, new) = (phrase(), phrase());
+        let path = db_file(tag);
+        let d = on_file(&old, &[&relay.url], &path);
+        d.engine.insert("todos", todo("t1", "plans")).unwrap();
+        let m = d.engine.put_blob(b"a picture", "image/png", None).unwrap();
+        d.engine.update("todos", "t1", Json::object([("image", Json::from(m.blob_id.as_str()))])).unwrap();
+        d.sync().await;
+        let old_owner = d.engine.owner_id();
+        let new_owner = simplysync::protocol::Secret::parse(&new).unwrap().identity().owner_id().to_owned();
+        (Setup { relay, old, new, path, old_owner, new_owner }, d)
+    }
+
+    /// Whether `secret`'s owner is still usable on the relay (a fresh device can pull from it).
+    async fn owner_state(s: &Setup, secret: &str) -> RelayState {
+        let probe = Device::new(secret, &[&s.relay.url]);
+        probe.sync().await;
+        probe.status(0).state
+    }
+
+    async fn blob_of(d: &Device) -> Vec<u8> {
+        let id = d.engine.get("todos", "t1").unwrap().unwrap().get("image").unwrap().as_str().unwrap().to_owned();
+        d.engine.get_blob(&id).await.unwrap().1
+    }
+
+    #[tokio::test]
+    async fn a_re_key_that_cannot_get_every_blob_changes_nothing() {
+        let (s, d) = device_with_data("rekey-blob").await;
+        // A second device that never opened the blob, offline: the re-key cannot proceed.
+        let b = on_file(&s.old, &[&s.relay.url], &db_file("rekey-blob-b"));
+        b.sync().await;
+        b.net.go_offline();
+        let err = b.engine.rekey(&s.new).await.unwrap_err();
+        assert_eq!(err.code(), "REKEY_REFUSED");
+        assert_eq!(b.engine.owner_id(), s.old_owner);
+        assert_eq!(b.engine.pending_rekey().unwrap(), None);
+        drop(d);
+    }
+
+    #[tokio::test]
+    async fn a_crash_after_the_local_switch_is_undone_by_opening_with_the_old_secret() {
+        let (s, d) = device_with_data("rekey-undo").await;
+        d.net.go_offline();
+        d.engine.rekey(&s.new).await.unwrap();
+        assert_eq!(d.engine.pending_rekey().unwrap().as_deref(), Some(s.new_owner.as_str()));
+        drop(d); // the tab closes before the app stored the new secret
+        let d = on_file(&s.old, &[&s.relay.url], &s.path);
+        assert_eq!(d.engine.owner_id(), s.old_owner);
+        assert_eq!(d.engine.pending_rekey().unwrap(), None);
+        assert_eq!(blob_of(&d).await, b"a picture", "blobs are back under the old key");
+        d.engine.insert("todos", todo("t2", "after the undo")).unwrap();
+        let r = d.sync().await;
+        assert!(r.relays[0].error.is_none(), "{r:?}");
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Synced, "the old owner was never closed");
+        let fresh = Device::new(&s.old, &[&s.relay.url]);
+        fresh.sync().await;
+        assert_eq!(fresh.todos().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn after_the_push_the_old_secret_still_undoes_and_the_abandoned_owner_is_closed() {
+        let (s, d) = device_with_data("rekey-pushed").await;
+        let r = d.engine.rekey(&s.new).await.unwrap();
+        assert!(r.relays[0].error.is_none(), "{r:?}");
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Synced, "not closed before confirmation");
+        drop(d);
+        let d = on_file(&s.old, &[&s.relay.url], &s.path);
+        d.sync().await;
+        assert_eq!(d.engine.owner_id(), s.old_owner);
+        assert_eq!(owner_state(&s, &s.new).await, RelayState::Closed, "nobody kept the new secret");
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Synced);
+    }
+
+    #[tokio::test]
+    async fn opening_with_the_new_secret_confirms_and_closes_the_old_owner() {
+        let (s, d) = device_with_data("rekey-confirm-open").await;
+        d.engine.rekey(&s.new).await.unwrap();
+        drop(d); // crashed after the app stored the new secret, before confirmRekey()
+        let d = on_file(&s.new, &[&s.relay.url], &s.path);
+        assert_eq!(d.engine.pending_rekey().unwrap(), None);
+        d.sync().await;
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Closed);
+        let fresh = Device::new(&s.new, &[&s.relay.url]);
+        fresh.sync().await;
+        assert_eq!(fresh.todos(), d.todos());
+        assert_eq!(blob_of(&fresh).await, b"a picture");
+        assert_eq!(Device::try_open(spec(&s.old, &[], &s.path)).unwrap_err().code(), "OWNER_MISMATCH");
+    }
+
+    #[tokio::test]
+    async fn confirm_rekey_closes_the_old_owner_and_a_relay_that_was_down_gets_the_close_later() {
+        let (mut s, d) = device_with_data("rekey-confirm").await;
+        d.engine.rekey(&s.new).await.unwrap();
+        s.relay.stop();
+        let r = d.engine.confirm_rekey().await.unwrap();
+        assert!(r.relays[0].error.is_some(), "the relay is down");
+        assert_eq!(d.engine.confirm_rekey().await.unwrap_err().code(), "NO_PENDING_REKEY");
+        drop(d);
+        s.relay.restart();
+        let d = on_file(&s.new, &[&s.relay.url], &s.path);
+        d.sync().await;
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Closed, "the queued close went out");
+        let stored = d.engine.query("SELECT value FROM _sync_meta WHERE key LIKE 'pending_close:%'", &[]).unwrap();
+        assert!(stored.is_empty());
+    }
+
+    #[tokio::test]
+    async fn no_secret_or_token_is_stored_in_plaintext_during_the_hand_over() {
+        let (s, d) = device_with_data("rekey-plain").await;
+        d.net.go_offline();
+        d.engine.rekey(&s.new).await.unwrap();
+        d.engine.confirm_rekey().await.unwrap();
+        let old_auth = simplysync::protocol::Secret::parse(&s.old).unwrap().identity().relay_auth().to_owned();
+        let conn = rusqlite::Connection::open(&s.path).unwrap();
+        let meta: Vec<String> = conn
+            .prepare("SELECT value FROM _sync_meta")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let all = meta.join("\n");
+        assert!(!all.contains(&s.old) && !all.contains(&s.new) && !all.contains(&old_auth), "{all}");
+        assert!(all.contains(&s.old_owner), "the close of the old owner is queued");
+    }
+}
