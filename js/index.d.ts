@@ -53,6 +53,19 @@ export interface EngineOptions {
   autoSync?: boolean;
   /** `auto` (default: OPFS, else memory — reported by {@link Engine.storage}), `opfs` (fail without it) or `memory`. */
   storage?: 'auto' | 'opfs' | 'memory';
+  /**
+   * The largest event (sealed row version, as stored JSON) your relays accept: their
+   * `MAX_EVENT_BYTES`. A write whose event would be larger fails with `ROW_TOO_LARGE`.
+   * Default 262144.
+   */
+  maxEventBytes?: number;
+  /**
+   * The largest stored blob chunk your relays accept (`MAX_BLOB_BYTES`); a `chunkSize` above
+   * `maxBlobBytes - 28` fails with `CHUNK_TOO_LARGE`. Default 1048576.
+   */
+  maxBlobBytes?: number;
+  /** Each relay request's deadline in ms, body included; a relay that does not answer in time is `offline`. Default 30000. */
+  requestTimeoutMs?: number;
 }
 
 /** A row as stored: system columns plus the table's columns. */
@@ -119,10 +132,23 @@ export type RelayState = 'synced' | 'syncing' | 'pending' | 'offline' | 'reseedi
 /** The last failure of a relay. */
 export interface RelayErrorInfo {
   status: number | null;
+  /**
+   * The relay's error code (`quota_exceeded`, `unauthorized`, …) or one the engine detected:
+   * `relay_cursor_loop`, `relay_cursor_backwards`, `pull_incomplete`, `push_mismatch`,
+   * `foreign_404`, `unconfirmed_404`, `relay_unstable`, `bad_response`, `local_storage`.
+   */
   code: string | null;
   message: string;
-  /** True for failures that will not fix themselves (400/401/403/413/410). */
+  /** True for failures that will not fix themselves (400/401/403/404/413/410). */
   terminal: boolean;
+}
+
+/** Items a relay refused on their own (413 for one event or chunk), kept locally. */
+export interface SetAsideInfo {
+  events: number;
+  chunks: number;
+  /** The latest reason. */
+  reason: string | null;
 }
 
 /** Account figures from the relay's `/v1/status`. */
@@ -149,6 +175,14 @@ export interface RelayStatus {
   /** `null` until known, or when the relay has no data for this owner yet. */
   account: AccountInfo | null;
   reseedReason: string | null;
+  /** What this relay refused on its own; retried at the next start or with {@link Engine.retrySetAside}. */
+  setAside: SetAsideInfo;
+  /** Pushed events the relay already held with other bytes (it kept its copy), since the engine opened. */
+  forged: number;
+  /** Events from this relay held in quarantine. */
+  quarantined: number;
+  /** Quarantined events dropped over the per-relay cap of 1000 (the newest are kept). */
+  quarantineDropped: number;
 }
 
 /** Where a pull's time went, in ms. */
@@ -173,6 +207,10 @@ export interface RelayPassReport {
   deferred: number;
   quarantined: number;
   reseeded: string | null;
+  /** Events and chunks it refused on their own in this pass (set aside). */
+  setAside: number;
+  /** Pushed events it answered as forged duplicates. */
+  forged: number;
   error: RelayErrorInfo | null;
   timings: PullTimings;
 }
@@ -446,14 +484,44 @@ export declare class Engine {
    */
   showRecoveryPhrase(): Promise<string>;
   /**
-   * Moves all data to a new secret, then closes the old owner on every relay (for a leaked phrase).
+   * Moves all data to a new secret and pushes it (for a leaked phrase). The old owner stays
+   * open until {@link Engine.confirmRekey}: store the new secret first, then confirm. Until
+   * then, reopening with the old secret undoes the re-key; reopening with the new one confirms it.
    * @example
    * ```ts
    * const fresh = await createMnemonic();
-   * await engine.rekey(fresh); // store `fresh`; the old phrase now gets 410 everywhere
+   * await engine.rekey(fresh);
+   * await saveSecretSomewhereSafe(fresh);
+   * await engine.confirmRekey(); // the old phrase now gets 410 everywhere
    * ```
    */
   rekey(newSecret: string): Promise<SyncReport>;
+  /**
+   * Finishes a re-key: closes the old owner on every relay (a relay that is down gets it later).
+   * Fails with `NO_PENDING_REKEY` when no re-key waits.
+   * @example
+   * ```ts
+   * await engine.confirmRekey();
+   * ```
+   */
+  confirmRekey(): Promise<SyncReport>;
+  /**
+   * The owner id a re-key moved to while it waits for {@link Engine.confirmRekey}, else `null`.
+   * @example
+   * ```ts
+   * if (await engine.pendingRekey()) await engine.confirmRekey();
+   * ```
+   */
+  pendingRekey(): Promise<string | null>;
+  /**
+   * Puts everything relays refused on their own (see {@link RelayStatus.setAside}) back in line
+   * for the next pass; returns how many items.
+   * @example
+   * ```ts
+   * await engine.retrySetAside();
+   * ```
+   */
+  retrySetAside(): Promise<number>;
   /**
    * Re-processes quarantined events; returns how many were released.
    * @example
@@ -531,7 +599,7 @@ export declare function createRecoveryKey(): Promise<string>;
 /** The result of {@link validateSecret}. */
 export type SecretCheck =
   | { ok: true; kind: 'mnemonic' | 'sf1' }
-  | { ok: false; code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY'; message: string };
+  | { ok: false; code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY' | 'SECRET_INVALID_PHRASE'; message: string };
 
 /**
  * Checks a secret without throwing; the message says which word or rule is wrong.

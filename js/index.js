@@ -391,6 +391,18 @@ export class Engine {
     return this.hub.call('rekey', [newSecret]);
   }
 
+  confirmRekey() {
+    return this.hub.call('confirmRekey');
+  }
+
+  pendingRekey() {
+    return this.hub.call('pendingRekey');
+  }
+
+  retrySetAside() {
+    return this.hub.call('retrySetAside');
+  }
+
   retryQuarantined() {
     return this.hub.call('retryQuarantined');
   }
@@ -437,6 +449,9 @@ export async function createEngine(options) {
     autoSync: options.autoSync ?? true,
     storage: options.storage ?? 'auto',
   };
+  for (const name of ['maxEventBytes', 'maxBlobBytes', 'requestTimeoutMs']) {
+    if (options[name] !== undefined) engineOptions[name] = options[name];
+  }
   const hub = new Hub(secret, engineOptions);
   await hub.ready;
   const info = hub.info ?? (await hub.call('storage').then((storage) => ({ storage })));

@@ -12,7 +12,7 @@ const post = (msg) => self.postMessage(msg);
 const METHODS = new Set([
   'transaction', 'get', 'list', 'query', 'sync', 'notify', 'relayStatuses', 'addRelay', 'removeRelay',
   'purgeDeleted', 'purgeRows', 'putBlob', 'getBlob', 'getBlobChunk', 'blobManifest', 'recoveryPhrase',
-  'rekey', 'retryQuarantined', 'quarantined', 'deferred', 'storage',
+  'rekey', 'confirmRekey', 'pendingRekey', 'retrySetAside', 'retryQuarantined', 'quarantined', 'deferred', 'storage',
 ]);
 
 async function open(secret, options) {

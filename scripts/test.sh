@@ -25,20 +25,32 @@ stage "native tests"
 cargo test --workspace --locked
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
-# The browser tests sync through a real relay: start the one the native stage just built.
+# The browser tests sync through a real relay on a free port (no fixed port shared between
+# suites), and time out on a listener that accepts connections and never answers.
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
-RELAY_PORT="${SIMPLYSYNC_TEST_RELAY_PORT:-18787}"
-export SIMPLYSYNC_TEST_RELAY="http://127.0.0.1:$RELAY_PORT"
 relay_dir="$(mktemp -d)"
-DB_PATH="$relay_dir/relay.sqlite" PORT="$RELAY_PORT" COMPACTION_INTERVAL_MS=0 RUST_LOG=warn \
+DB_PATH="$relay_dir/relay.sqlite" PORT=0 COMPACTION_INTERVAL_MS=0 RUST_LOG=warn \
   "$TARGET/debug/simplysync-relay" >"$relay_dir/out.log" 2>"$relay_dir/err.log" &
 relay_pid=$!
-trap 'kill "$relay_pid" 2>/dev/null || true; rm -rf "$relay_dir"' EXIT
+python3 -c '
+import socket, sys
+s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(128)
+print(s.getsockname()[1], flush=True)
+held = []
+while True:
+    held.append(s.accept()[0])
+' >"$relay_dir/stalled.port" &
+stalled_pid=$!
+trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"' EXIT
 for _ in $(seq 1 100); do
-  grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && break
-  kill -0 "$relay_pid" 2>/dev/null || { cat "$relay_dir/err.log"; echo "the test relay failed to start (port $RELAY_PORT busy?)"; exit 1; }
+  grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && [ -s "$relay_dir/stalled.port" ] && break
+  kill -0 "$relay_pid" 2>/dev/null || { cat "$relay_dir/err.log"; echo "the test relay failed to start"; exit 1; }
   sleep 0.1
 done
+SIMPLYSYNC_TEST_RELAY="$(grep -o 'http://[0-9.:]*' "$relay_dir/out.log" | head -1)"
+SIMPLYSYNC_TEST_STALLED="http://127.0.0.1:$(cat "$relay_dir/stalled.port")"
+export SIMPLYSYNC_TEST_RELAY SIMPLYSYNC_TEST_STALLED
+echo "test relay: $SIMPLYSYNC_TEST_RELAY, stalled listener: $SIMPLYSYNC_TEST_STALLED"
 # Un-configured test binaries (the lib's unit tests) also run in a dedicated worker.
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
   wasm-pack test --headless --chrome --mode no-install -- --locked

@@ -1,5 +1,6 @@
 //! The engine in a real browser: a dedicated worker, OPFS storage, `fetch` to a real relay
-//! that `scripts/test.sh` starts on `SIMPLYSYNC_TEST_RELAY` (default http://127.0.0.1:18787).
+//! that `scripts/test.sh` starts on a free port and names in `SIMPLYSYNC_TEST_RELAY`, plus a
+//! listener that accepts connections and never answers (`SIMPLYSYNC_TEST_STALLED`).
 #![cfg(target_arch = "wasm32")]
 
 use js_sys::{Array, Reflect, Uint8Array};
@@ -16,6 +17,7 @@ const RELAY: &str = match option_env!("SIMPLYSYNC_TEST_RELAY") {
     Some(url) => url,
     None => "http://127.0.0.1:18787",
 };
+const STALLED: Option<&str> = option_env!("SIMPLYSYNC_TEST_STALLED");
 
 fn unique(prefix: &str) -> String {
     format!("{prefix}-{}.db", base64url::encode(&random_bytes::<6>(&mut OsEntropy).unwrap()))
@@ -121,18 +123,74 @@ async fn blobs_upload_from_one_engine_and_download_in_another() {
     assert_eq!(b.get_blob(blob_id).await.unwrap().to_vec(), data);
 }
 
+/// Counts the status events an engine emits (every pass emits some).
+fn count_statuses(e: &WebEngine) -> std::rc::Rc<std::cell::Cell<u32>> {
+    let n = std::rc::Rc::new(std::cell::Cell::new(0));
+    let m = n.clone();
+    let f = wasm_bindgen::closure::Closure::<dyn Fn(JsValue)>::new(move |_| m.set(m.get() + 1));
+    e.on_status(f.into_js_value().unchecked_into());
+    n
+}
+
 #[wasm_bindgen_test]
 async fn auto_sync_off_makes_no_request_by_itself_but_sync_still_runs_a_full_pass() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let before = events_requests().await;
     let e = WebEngine::open(secret, options(&unique("manual"), &[RELAY], false)).await.unwrap();
+    let passes = count_statuses(&e);
+    // A witness with autoSync on and the same interval shows that poll time really passed.
+    let other = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let witness = WebEngine::open(other, options(&unique("witness"), &[RELAY], true)).await.unwrap();
+    let witnessed = count_statuses(&witness);
     e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
     e.notify("focus".into()).unwrap();
     e.notify("online".into()).unwrap();
-    sleep(700).await; // more than three poll intervals
-    assert_eq!(events_requests().await, before, "no boot, write, poll, focus or online pass");
+    for _ in 0..200 {
+        if witnessed.get() >= 8 {
+            break;
+        }
+        sleep(25).await;
+    }
+    witness.close();
+    assert!(witnessed.get() >= 8, "the witness polled by itself");
+    assert_eq!(passes.get(), 0, "no boot, write, poll, focus or online pass");
+    let before = events_requests().await;
     e.sync().await.unwrap();
     assert!(events_requests().await >= before + 2, "sync() pushed and pulled");
+    assert!(passes.get() > 0);
+}
+
+#[wasm_bindgen_test]
+async fn a_stalled_relay_times_out_in_the_browser_while_the_other_relay_syncs() {
+    let stalled = STALLED.expect("scripts/test.sh names a stalled listener in SIMPLYSYNC_TEST_STALLED");
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let opts = options(&unique("stalled"), &[stalled, RELAY], false);
+    Reflect::set(&opts, &"requestTimeoutMs".into(), &1500.into()).unwrap();
+    let e = WebEngine::open(secret, opts).await.unwrap();
+    e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
+    let report = e.sync().await.unwrap();
+    let relays: Array = get(&report, "relays").unchecked_into();
+    let err = get(&relays.get(0), "error");
+    let message = get(&err, "message").as_string().unwrap();
+    assert!(message.contains("1500 ms"), "{message}");
+    assert_eq!(get(&relays.get(1), "pushed"), 1, "the other relay synced in the same pass");
+    let statuses: Array = e.relay_statuses().await.unwrap().unchecked_into();
+    assert_eq!(get(&statuses.get(0), "state"), "offline");
+    let bad = options(&unique("bad"), &[RELAY], false);
+    Reflect::set(&bad, &"requestTimeoutMs".into(), &(-5).into()).unwrap();
+    let err = WebEngine::open(simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap(), bad).await.unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
+}
+
+#[wasm_bindgen_test]
+async fn a_row_too_large_for_the_relays_is_refused_in_the_browser_too() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let opts = options(&unique("large"), &[], false);
+    Reflect::set(&opts, &"maxEventBytes".into(), &4096.into()).unwrap();
+    let e = WebEngine::open(secret, opts).await.unwrap();
+    let row = js(&format!(r#"{{"id": "big", "title": "{}"}}"#, "x".repeat(5000)));
+    let err = e.insert("todos".into(), row).unwrap_err();
+    assert_eq!(get(&err, "code"), "ROW_TOO_LARGE");
+    assert_eq!(e.get("todos".into(), "big".into()).unwrap(), JsValue::NULL);
 }
 
 #[wasm_bindgen_test]

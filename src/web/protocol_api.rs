@@ -32,7 +32,8 @@ pub fn create_recovery_key_js() -> Result<String, JsValue> {
 }
 
 /// Validates a secret; throws an `Error` whose `code` says what is wrong (`SECRET_EMPTY`,
-/// `SECRET_WORD_COUNT`, `SECRET_UNKNOWN_WORD`, `SECRET_CHECKSUM`, `SECRET_INVALID_KEY`).
+/// `SECRET_WORD_COUNT`, `SECRET_UNKNOWN_WORD`, `SECRET_CHECKSUM`, `SECRET_INVALID_KEY`,
+/// `SECRET_INVALID_PHRASE`).
 /// Returns `"mnemonic"` or `"sf1"`.
 #[wasm_bindgen(js_name = validateSecret)]
 pub fn validate_secret_js(secret: &str) -> Result<String, JsValue> {

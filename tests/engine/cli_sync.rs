@@ -61,3 +61,100 @@ async fn restore_status_sync_and_export_work_from_the_command_line() {
     let out = cli(&["export", "--db", db], &phrase());
     assert!(String::from_utf8_lossy(&out.stderr).contains("OWNER_MISMATCH"));
 }
+
+fn cli_stdin(args: &[&str], secret: &str, input: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync"))
+        .args(args)
+        .env("SIMPLYSYNC_SECRET", secret)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn ok_json(out: &std::process::Output) -> serde_json::Value {
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_writes_rows_one_transaction_each_and_they_sync_to_other_devices() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let dir = temp_dir("cli-write");
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, serde_json::to_string(&todo_schema(1, &[])).unwrap()).unwrap();
+    let db = dir.join("ops.sqlite");
+    let (db, sch) = (db.to_str().unwrap(), schema.to_str().unwrap());
+    let base = ["--db", db, "--schema", sch];
+    let with = |cmd: &str, rest: &[&str]| -> Vec<String> {
+        let mut v = vec![cmd.to_owned()];
+        v.extend(base.iter().map(|s| s.to_string()));
+        v.extend(rest.iter().map(|s| s.to_string()));
+        v
+    };
+    let run = |args: Vec<String>| cli(&args.iter().map(String::as_str).collect::<Vec<_>>(), &secret);
+
+    let row = ok_json(&run(with("insert", &["todos", r#"{"id":"a","title":"from the cli"}"#])));
+    assert_eq!((row["id"].as_str(), row["title"].as_str()), (Some("a"), Some("from the cli")));
+    let row = ok_json(&run(with("update", &["todos", "a", r#"{"done":true}"#])));
+    assert_eq!(row["done"], true);
+    let args = with("upsert", &["todos", "-"]);
+    let big = format!(r#"{{"id":"b","title":"{}"}}"#, "y".repeat(150_000));
+    let row = ok_json(&cli_stdin(&args.iter().map(String::as_str).collect::<Vec<_>>(), &secret, &big));
+    assert_eq!(row["title"].as_str().unwrap().len(), 150_000, "a row larger than a command line, from stdin");
+    ok_json(&run(with("insert", &["todos", r#"{"id":"gone","title":"x"}"#])));
+    assert_eq!(ok_json(&run(with("delete", &["todos", "gone"])))["deleted"], true);
+    assert_eq!(ok_json(&run(with("purge", &[])))["purged"], 1, "no ids: every soft-deleted row");
+    let lines = dir.join("rows.jsonl");
+    std::fs::write(&lines, "{\"id\":\"i1\",\"title\":\"one\"}\n\n{\"id\":\"i2\",\"title\":\"two\"}\n{\"id\":\"a\",\"title\":\"re-imported\"}\n")
+        .unwrap();
+    assert_eq!(ok_json(&run(with("import", &["todos", lines.to_str().unwrap()])))["imported"], 3);
+
+    // Errors exit 2 with the engine's message, and write nothing.
+    let out = run(with("insert", &["todos", r#"{"id":"z","colour":"red"}"#]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_COLUMN"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&lines, "{\"id\":\"i3\",\"title\":\"three\"}\n{not json}\n").unwrap();
+    let out = run(with("import", &["todos", lines.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
+    let out = run(with("update", &["todos", "nope", r#"{"done":true}"#]));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("NOT_FOUND"));
+
+    let out = cli(&["sync", "--once", "--db", db, "--relay", &relay.url, "--timeout-ms", "5000"], &secret);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let other = Device::new(&secret, &[&relay.url]);
+    // The CLI stamped its writes with the real clock.
+    other.clock.set(simplysync::engine::io::Clock::now_ms(&simplysync::native::SystemClock));
+    other.sync().await;
+    let titles: Vec<String> = other
+        .todos()
+        .into_iter()
+        .filter(|t| !t.2)
+        .map(|t| format!("{}={}", t.0, t.1.as_str().unwrap_or("").len()))
+        .collect();
+    assert_eq!(titles, ["a=11", "b=150000", "i1=3", "i2=3"]);
+    assert!(other.engine.get("todos", "i3").unwrap().is_none(), "the failed import wrote nothing");
+}
+
+#[test]
+fn sync_gives_up_on_a_stalled_relay_after_its_timeout() {
+    let stalled = crate::harness::StalledRelay::start();
+    let db = temp_dir("cli-timeout").join("db.sqlite");
+    let out = cli(
+        &["sync", "--once", "--db", db.to_str().unwrap(), "--relay", &stalled.url, "--timeout-ms", "300"],
+        &phrase(),
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("300 ms"), "{err}");
+}

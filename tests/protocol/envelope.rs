@@ -103,3 +103,29 @@ fn the_envelope_serializes_with_spec_field_names_and_omits_a_missing_stream_id()
     env.stream_id = None;
     assert!(serde_json::to_value(&env).unwrap().get("streamId").is_none());
 }
+
+#[test]
+fn the_stored_size_formula_matches_the_serialized_envelope_for_every_plaintext_length() {
+    let id = alice();
+    for (len, stream) in [(0usize, None), (1, Some("AAAAAAAAAAAAAAAAAAAAAA")), (2, None), (3, Some("x")), (1000, None)]
+    {
+        let meta = EventMeta {
+            event_id: "001764504000000-000000-dev".into(),
+            device_id: "dev".into(),
+            created_at: "2025-11-30T12:00:00.000Z".into(),
+            stream_id: stream.map(str::to_owned),
+        };
+        let plain = "x".repeat(len);
+        let env =
+            simplysync::protocol::envelope::encrypt_plaintext(&id, &meta, plain.as_bytes(), &mut OsEntropy).unwrap();
+        let expected = simplysync::protocol::envelope::sealed_len(
+            id.owner_id(),
+            &meta.event_id,
+            &meta.device_id,
+            &meta.created_at,
+            stream,
+            len,
+        );
+        assert_eq!(serde_json::to_string(&env).unwrap().len(), expected, "plaintext of {len} bytes");
+    }
+}

@@ -13,10 +13,10 @@ export async function app(): Promise<void> {
   const key: string = await createRecoveryKey();
   const check = await validateSecret(key);
   if (!check.ok) {
-    const code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY' = check.code;
+    const code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY' | 'SECRET_INVALID_PHRASE' = check.code;
     console.log(code, check.message);
   }
-  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'auto' });
+  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'auto', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000 });
   const row: Row = await engine.insert('todos', { id: 'a', title: 'milk', done: false });
   const updated: Row = await engine.update('todos', row.id, { done: true });
   await engine.upsert('todos', { id: 'b', title: null });
@@ -31,7 +31,7 @@ export async function app(): Promise<void> {
   const counted = await engine.query('SELECT count(*) AS n FROM todos', []);
   const stop: () => void = engine.subscribe(['todos'], (e: ChangeEvent) => console.log(e.source, e.rows.length));
   stop();
-  engine.onStatus((s: RelayStatus[]) => console.log(s[0]?.state, s[0]?.account?.usedPct, s[0]?.error?.terminal));
+  engine.onStatus((s: RelayStatus[]) => console.log(s[0]?.state, s[0]?.account?.usedPct, s[0]?.error?.terminal, s[0]?.setAside.events, s[0]?.forged));
   engine.onProgress((p: Progress) => console.log(p.eventsApplied, p.headSeq));
   const report: SyncReport = await engine.sync();
   console.log(report.relays.map((r) => r.pushed), updated.updatedAt, rows.length, one?.deleted, list.length, counted[0]?.n);
@@ -49,6 +49,10 @@ export async function app(): Promise<void> {
   console.log(statuses.length, purged, bytes.length, chunk.length, url, phrase, mode, await engine.quarantined(), await engine.deferred());
   await engine.retryQuarantined();
   await engine.rekey(await createMnemonic());
+  const waiting: string | null = await engine.pendingRekey();
+  if (waiting) await engine.confirmRekey();
+  const retried: number = await engine.retrySetAside();
+  void retried;
   await engine.close();
   const id = await deriveIdentity(secret);
   const env = await encryptPayload(id, { eventId: 'e', deviceId: 'd' }, { hello: 'world' });
