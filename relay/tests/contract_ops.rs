@@ -136,8 +136,15 @@ async fn logs_have_one_line_per_request_with_an_owner_tag_and_never_tokens_or_bo
     let e = alice.event("a", 1);
     relay.push(&alice, std::slice::from_ref(&e)).await;
     relay.pull(&alice, "", None).await;
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log = relay.log_text();
+    // The log line is written after the answer: wait for both lines, not for a fixed time.
+    let mut log = relay.log_text();
+    for _ in 0..400 {
+        if log.lines().filter(|l| l.contains(" request ")).count() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        log = relay.log_text();
+    }
     let lines: Vec<&str> = log.lines().filter(|l| l.contains(" request ")).collect();
     assert_eq!(lines.len(), 2, "{log}");
     assert!(lines[0].contains("route=\"/v1/events\"") && lines[0].contains("status=200") && lines[0].contains("ms="));

@@ -4,7 +4,7 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,9 +18,10 @@ async fn kill_9_during_concurrent_pushes_loses_no_acknowledged_event_and_seq_con
     let url = relay.url.clone();
     let alice = Owner::new();
     let stop = Arc::new(AtomicBool::new(false));
+    let acks = Arc::new(AtomicUsize::new(0));
     let mut writers = Vec::new();
     for w in 0..8u64 {
-        let (url, mut owner, stop) = (url.clone(), alice.clone(), stop.clone());
+        let (url, mut owner, stop, acks) = (url.clone(), alice.clone(), stop.clone(), acks.clone());
         owner.device = format!("crash{w}");
         writers.push(tokio::spawn(async move {
             let client = common::client();
@@ -40,7 +41,10 @@ async fn kill_9_during_concurrent_pushes_loses_no_acknowledged_event_and_seq_con
                     .send()
                     .await;
                 match r {
-                    Ok(resp) if resp.status() == 200 => acked.push(ids),
+                    Ok(resp) if resp.status() == 200 => {
+                        acked.push(ids);
+                        acks.fetch_add(1, Ordering::SeqCst);
+                    }
                     Ok(resp) => panic!("unexpected status {}", resp.status()),
                     Err(_) => {
                         sent.push(ids); // the relay died mid-request: outcome unknown
@@ -51,7 +55,14 @@ async fn kill_9_during_concurrent_pushes_loses_no_acknowledged_event_and_seq_con
             (acked, sent)
         }));
     }
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Kill once the writers are well under way (at least 8 acknowledged pushes), not after a
+    // fixed time.
+    for _ in 0..2000 {
+        if acks.load(Ordering::SeqCst) >= 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
     relay.kill9();
     stop.store(true, Ordering::SeqCst);
     let (mut acked, mut unknown) = (Vec::new(), Vec::new());

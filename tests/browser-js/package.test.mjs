@@ -77,7 +77,7 @@ test('focus and online events each trigger a sync', async () => {
     await window.engine.insert('todos', { id: 'f', title: 'after focus' });
     await window.engine.sync();
   });
-  await new Promise((r) => setTimeout(r, 300));
+  // The reader's poll is an hour away and it has no focus yet: nothing has pulled the write.
   assert.deepEqual(await titles(reader), [], 'nothing arrives without a trigger');
   await reader.evaluate(() => window.dispatchEvent(new Event('focus')));
   await eventually(async () => (await titles(reader)).includes('after focus'), 10000, 'the focus sync');
@@ -124,13 +124,16 @@ test('two tabs of one origin share the engine with no lost or duplicated writes,
   // Writes in flight while the leader tab closes are re-sent to the next leader, once each.
   const inFlight = tab2.evaluate(async () => {
     const done = [];
+    window.lateIssued = 0;
     for (let i = 0; i < 40; i++) {
       done.push(window.engine.insert('todos', { id: `late-${i}`, title: `late ${i}` }));
+      window.lateIssued = i + 1;
       await new Promise((r) => setTimeout(r, 5));
     }
     return (await Promise.allSettled(done)).map((r) => r.status);
   });
-  await new Promise((r) => setTimeout(r, 60));
+  // Close the leader while writes are being issued: some before, some after.
+  await eventually(() => tab2.evaluate(() => (window.lateIssued ?? 0) >= 8), 10000, 'writes under way');
   await tab1.close();
   const statuses = await inFlight;
   assert.deepEqual(statuses, Array(40).fill('fulfilled'));
