@@ -55,3 +55,17 @@ async fn a_transaction_rolled_back_on_opfs_leaves_no_trace() {
     let count: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
     assert_eq!(count, 0);
 }
+
+#[wasm_bindgen_test]
+async fn a_database_on_opfs_uses_the_settings_the_readme_promises() {
+    install_opfs("simplysync-tests").await.unwrap();
+    let conn = open_opfs(&unique_name("pragmas")).await.unwrap();
+    conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
+    let value = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0)).unwrap();
+    use rusqlite::types::Value::{Integer, Text};
+    assert_eq!(value("PRAGMA journal_mode"), Text("wal".into()));
+    assert_eq!(value("PRAGMA synchronous"), Integer(2), "FULL");
+    assert_eq!(value("PRAGMA locking_mode"), Text("exclusive".into()));
+    assert_eq!(value("PRAGMA page_size"), Integer(65536));
+    assert_eq!(value("PRAGMA cache_size"), Integer(-32768));
+}

@@ -257,9 +257,14 @@ async fn run(seed: u64) {
     }
 }
 
+/// The seeds to run: `SIMPLYSYNC_SEED=n` runs one, `SIMPLYSYNC_SEEDS=n` the first n (quick
+/// runs, e.g. under cargo-mutants), else `default`.
 fn seeds(default: std::ops::RangeInclusive<u64>) -> Vec<u64> {
-    match std::env::var("SIMPLYSYNC_SEED") {
-        Ok(s) => vec![s.parse().expect("SIMPLYSYNC_SEED is a number")],
+    if let Ok(s) = std::env::var("SIMPLYSYNC_SEED") {
+        return vec![s.parse().expect("SIMPLYSYNC_SEED is a number")];
+    }
+    match std::env::var("SIMPLYSYNC_SEEDS") {
+        Ok(n) => (1..=n.parse::<u64>().expect("SIMPLYSYNC_SEEDS is a number")).collect(),
         Err(_) => default.collect(),
     }
 }
