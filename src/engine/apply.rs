@@ -161,13 +161,15 @@ impl Engine {
                 // sorts later local writes after this event.
                 let _ = self.observe_hlc(&payload.hlc);
                 // A purged row stays purged: an older version still on a relay (or held here)
-                // does not bring it back.
+                // does not bring it back. A newer one — another device wrote the row again —
+                // does, and its streams must then not be compacted away on any relay.
                 if self.purge_records.get() {
                     if let Some(at) = purged::purged_at(tx, &payload.table, &payload.row_id)? {
                         if env.event_id.as_str() <= at.as_str() {
                             inbox::mark_seen(tx, &env.event_id)?;
                             return Ok(Outcome::Stale);
                         }
+                        purged::revived(tx, &payload.table, &payload.row_id)?;
                     }
                 }
                 let table = self.schema.table(&payload.table).expect("classified");

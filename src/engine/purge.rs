@@ -73,6 +73,11 @@ impl Engine {
         Ok(n)
     }
 
+    /// Whether `url` has streams to compact.
+    pub(crate) fn purges_pending(&self, url: &str) -> Result<bool, EngineError> {
+        Ok(self.db.borrow().prepare_cached("SELECT 1 FROM _sync_purge WHERE relay = ?1 LIMIT 1")?.exists([url])?)
+    }
+
     /// Stream ids still waiting for a relay's acknowledgement, over all relays.
     pub fn purge_queue_len(&self) -> Result<u64, EngineError> {
         Ok(self.db.borrow().query_row("SELECT count(*) FROM _sync_purge", [], |r| r.get::<_, i64>(0))? as u64)

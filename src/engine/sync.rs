@@ -323,7 +323,12 @@ impl Engine {
     ) -> Result<PassOutcome, PassError> {
         let mut outcome = PassOutcome::default();
         self.ensure_backfill(url)?;
-        // Purges first: an owner over quota frees space before anything else is tried.
+        // Purges before any push: an owner over quota frees space first. But pull before
+        // them: a purged row that another device wrote again since must not be compacted away
+        // (the newer version cancels the purge when it applies).
+        if self.purges_pending(url)? && !self.pull_phase(url, report).await? {
+            self.pull_phase(url, report).await?;
+        }
         self.flush_purges(url).await?;
         let now = self.now();
         outcome.push_skipped = trigger == SyncTrigger::Poll
@@ -338,17 +343,25 @@ impl Engine {
                     Err(e) => return Err(e),
                 }
             }
-            match self.pull_from(url, report).await? {
-                PullEnd::Done => break,
-                PullEnd::Wiped(reason) => {
-                    self.reseed_allowed(url, &reason)?;
-                    self.handle_wiped(url, &reason)?;
-                    report.reseeded = Some(reason);
-                }
+            if self.pull_phase(url, report).await? {
+                break;
             }
         }
         self.flush_pending_close(url).await?;
         Ok(outcome)
+    }
+
+    /// Pulls; a relay that lost this owner's data is re-seeded (`false`: pull again).
+    async fn pull_phase(&self, url: &str, report: &mut RelayPassReport) -> Result<bool, PassError> {
+        match self.pull_from(url, report).await? {
+            PullEnd::Done => Ok(true),
+            PullEnd::Wiped(reason) => {
+                self.reseed_allowed(url, &reason)?;
+                self.handle_wiped(url, &reason)?;
+                report.reseeded = Some(reason);
+                Ok(false)
+            }
+        }
     }
 
     /// Refuses a second re-seed of `url` within [`RESEED_WINDOW_MS`] of the last one.

@@ -36,6 +36,19 @@ pub fn purged_at(conn: &Connection, table: &str, row_id: &str) -> Result<Option<
         .optional()?)
 }
 
+/// A purged row was written again (a newer version arrived): forgets its record and cancels the
+/// compactions still queued for its stream, which would drop that newer version on the relays.
+pub fn revived(conn: &Connection, table: &str, row_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "DELETE FROM _sync_purge WHERE stream_id IN
+           (SELECT stream_id FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2)",
+    )?
+    .execute(params![table, row_id])?;
+    conn.prepare_cached("DELETE FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2")?
+        .execute(params![table, row_id])?;
+    Ok(())
+}
+
 /// Drops the records older than [`RETENTION_MS`] whose streams no relay still has to compact.
 /// Returns how many remain.
 pub fn release_acknowledged(conn: &Connection, now: u64) -> Result<u64, StoreError> {

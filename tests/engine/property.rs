@@ -387,6 +387,9 @@ async fn run_real(seed: u64) -> Seen {
     }
     assert!(oracle.writes >= 4 && syncs >= 1, "seed {seed}: wrote {} times, synced {syncs}", oracle.writes);
     heal(&devices, &chaos, &mut seen).await;
+    if std::env::var("SIMPLYSYNC_DEBUG").is_ok() {
+        dump(&devices, &relays);
+    }
     for (i, (engine, _)) in devices.iter().enumerate() {
         oracle.check(seed, i, engine);
         for s in engine.relay_statuses_local().unwrap() {
@@ -396,11 +399,35 @@ async fn run_real(seed: u64) -> Seen {
     seen
 }
 
+/// What each device and relay holds (`SIMPLYSYNC_DEBUG=1`), to diagnose a failing seed.
+fn dump(devices: &[(Engine, Rc<ManualClock>)], relays: &[TestRelay]) {
+    for (i, (engine, _)) in devices.iter().enumerate() {
+        eprintln!("device {i} {} relays {:?}", engine.device_id(), engine.relay_urls());
+        for q in [
+            "SELECT key, value FROM _sync_meta WHERE key LIKE 'cursor:%' OR key LIKE 'epoch:%' OR key LIKE 'reseeded:%'",
+            "SELECT event_id FROM _sync_seen ORDER BY event_id",
+            "SELECT event_id, reason FROM _sync_deferred",
+            "SELECT relay, event_id, reason FROM _sync_quarantine",
+            "SELECT table_name, row_id, hlc FROM _sync_purged",
+        ] {
+            let rows: Vec<String> = engine.query(q, &[]).unwrap().iter().map(|r| r.to_serde().to_string()).collect();
+            eprintln!("  {q}: {rows:?}");
+        }
+    }
+    for r in relays {
+        let db = rusqlite::Connection::open(&r.db).unwrap();
+        let mut st = db.prepare("SELECT seq, event_id FROM events ORDER BY seq").unwrap();
+        let evs: Vec<(i64, String)> =
+            st.query_map([], |x| Ok((x.get(0)?, x.get(1)?))).unwrap().map(|x| x.unwrap()).collect();
+        eprintln!("relay {}: {evs:?}", r.url);
+    }
+}
+
 #[test]
 fn devices_converge_through_real_relays_on_a_chaotic_network_with_restarts_wipes_and_purges() {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
     let mut total = Seen::default();
-    let all = seeds(1..=24);
+    let all = seeds(1..=48);
     for &seed in &all {
         let seen = rt.block_on(run_real(seed));
         total.purged += seen.purged;

@@ -114,6 +114,35 @@ async fn a_purged_row_does_not_come_back_from_an_older_event_pushed_late() {
     assert_eq!(a.count("_sync_purged"), 0);
 }
 
+#[tokio::test]
+async fn a_purge_that_reaches_a_relay_after_another_device_wrote_the_row_again_keeps_the_new_version() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let (a, b) = (Device::new(&secret, &[&relay.url]), Device::new(&secret, &[&relay.url]));
+    a.engine.insert("todos", todo("x", "first")).unwrap();
+    a.sync().await;
+    a.engine.delete("todos", "x").unwrap();
+    a.sync().await;
+    b.sync().await;
+    // A purges x, but the compaction does not get through yet.
+    a.engine.purge_deleted().unwrap();
+    a.net.fail("/v1/streams/compact", 503, Some(1));
+    a.sync().await;
+    assert_eq!(a.engine.purge_queue_len().unwrap(), 1);
+    // B, which saw the deletion, writes x again.
+    b.clock.advance(1_000);
+    b.engine.insert("todos", todo("x", "written again on b")).unwrap();
+    b.sync().await;
+    // A's next pass sees the newer version before it compacts: the purge is off.
+    a.sync().await;
+    assert_eq!(a.engine.purge_queue_len().unwrap(), 0);
+    assert_eq!(a.net.sent("POST", "/v1/streams/compact"), 1, "only the failed attempt");
+    assert_eq!(a.todos()[0].1.as_str(), Some("written again on b"));
+    let c = Device::new(&secret, &[&relay.url]);
+    c.sync().await;
+    assert_eq!(c.todos()[0].1.as_str(), Some("written again on b"), "the relay kept the new version");
+}
+
 /// Makes every save of a pull cursor fail, as a full disk would, through a trigger installed
 /// on the database file from outside the engine.
 fn break_cursor_saves(path: &Path) {
