@@ -115,3 +115,79 @@ impl Engine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::schema::{ColumnDef, ColumnType, Schema, SchemaDef, TableDef};
+
+    fn table() -> Table {
+        let columns = vec![
+            ColumnDef::new("t", ColumnType::Text),
+            ColumnDef::new("n", ColumnType::Integer),
+            ColumnDef::new("r", ColumnType::Real),
+            ColumnDef::new("b", ColumnType::Boolean),
+            ColumnDef::new("j", ColumnType::Json),
+            ColumnDef::new("x", ColumnType::Blob),
+        ];
+        let def = SchemaDef { schema_version: 1, tables: vec![TableDef { name: "tbl".into(), columns }] };
+        Schema::new(def).unwrap().table("tbl").unwrap().clone()
+    }
+
+    fn row(id: &str, values: Vec<Value>) -> RowData {
+        RowData { id: id.into(), updated_at: "001764504000000-000000-dev".into(), deleted: true, values }
+    }
+
+    #[test]
+    fn the_cheap_bound_is_never_below_the_exact_payload_length_even_for_worst_case_content() {
+        let t = table();
+        let worst = "\u{1}".repeat(300);
+        let rows = [
+            row("a", vec![Value::Null; 6]),
+            row(&"\u{1f}".repeat(256), vec![Value::Null; 6]),
+            row(
+                "q",
+                vec![
+                    Value::Text(worst.clone()),
+                    Value::Integer(-9_007_199_254_740_991),
+                    Value::Real(-1.234_567_890_123_456_7e-300),
+                    Value::Integer(1),
+                    Value::Text(format!("[{:?},{:?}]", worst, "\u{7f}\"\\")),
+                    Value::Blob(vec![0xff; 300]),
+                ],
+            ),
+            row(
+                "e",
+                vec![
+                    Value::Text(String::new()),
+                    Value::Integer(0),
+                    Value::Real(0.5),
+                    Value::Integer(0),
+                    Value::Text("{}".into()),
+                    Value::Null,
+                ],
+            ),
+        ];
+        for r in &rows {
+            let exact = payload_json(1, &t, r).len();
+            let bound = payload_len_bound(&t, r);
+            assert!(bound >= exact, "bound {bound} < exact {exact} for row {:?}", r.id);
+            assert!(bound <= 6 * exact + 400, "the bound stays a bound, not a guess: {bound} vs {exact}");
+        }
+    }
+
+    #[test]
+    fn options_at_their_minimums_are_accepted_and_one_below_is_refused() {
+        let base = EngineOptions::default();
+        let at_min = EngineOptions { max_event_bytes: 1024, max_blob_bytes: 1024, request_timeout_ms: 100 };
+        assert!(at_min.validate().is_ok());
+        for bad in [
+            EngineOptions { max_event_bytes: 1023, ..base },
+            EngineOptions { max_blob_bytes: 1023, ..base },
+            EngineOptions { request_timeout_ms: 99, ..base },
+        ] {
+            assert_eq!(bad.validate().unwrap_err().code(), "INVALID_ARGUMENT", "{bad:?}");
+        }
+        assert_eq!(base.max_chunk_size(), 1_048_576 - 28);
+    }
+}
