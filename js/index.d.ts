@@ -40,8 +40,12 @@ export interface Schema {
 
 /** Options of {@link createEngine}. */
 export interface EngineOptions {
-  /** A recovery phrase (12–24 words) or an `sf1_` key. */
-  secret: string;
+  /**
+   * A recovery phrase (12–24 words) or an `sf1_` key — for a new device (a phrase the user just
+   * wrote down, or typed to restore). Leave it out to reopen a database that already holds its
+   * secret ({@link hasStoredSecret}): the engine keeps the secret itself, sealed at rest.
+   */
+  secret?: string;
   /** Relay base URLs. Each URL is an opaque key: a trailing slash makes a different relay. */
   relays: string[];
   schema: Schema;
@@ -66,7 +70,29 @@ export interface EngineOptions {
   maxBlobBytes?: number;
   /** Each relay request's deadline in ms, body included; a relay that does not answer in time is `offline`. Default 30000. */
   requestTimeoutMs?: number;
+  /** How long a call waits for the engine before it rejects with `TIMEOUT`. Default 60000. */
+  callTimeoutMs?: number;
+  /** The same for calls that may take long (`sync`, `rekey`, `getBlob`, …). Default 600000. */
+  longCallTimeoutMs?: number;
+  /** How long {@link createEngine} waits for the engine to open (or for the tab that runs it). Default 60000. */
+  openTimeoutMs?: number;
 }
+
+/**
+ * Every error code a {@link SimplySyncError} can carry.
+ * - Writes and reads: `UNKNOWN_TABLE`, `UNKNOWN_COLUMN`, `INVALID_VALUE`, `INVALID_ROW`, `ALREADY_EXISTS`, `NOT_FOUND`, `INVALID_QUERY`, `ROW_TOO_LARGE`.
+ * - Blobs: `BLOB_NOT_FOUND`, `BLOB_UNAVAILABLE`, `BLOB_INVALID`, `CHUNK_TOO_LARGE`.
+ * - Secrets: `SECRET_EMPTY`, `SECRET_WORD_COUNT`, `SECRET_UNKNOWN_WORD`, `SECRET_CHECKSUM`, `SECRET_INVALID_KEY`, `SECRET_INVALID_PHRASE`, `NO_SECRET` (nothing stored: pass `secret`), `SECRET_LOST` (stored but its key is gone: ask for the phrase), `OWNER_MISMATCH`, `REKEY_REFUSED`, `NO_PENDING_REKEY`, `CRYPTO`, `ENTROPY_UNAVAILABLE`.
+ * - Setup: `SCHEMA_INVALID`, `SCHEMA_MISMATCH` (another tab runs another schema), `INVALID_RELAY`, `INVALID_ARGUMENT`, `STORAGE`.
+ * - Tabs and calls: `CLOSED`, `TIMEOUT`, `LEADER_ONLY` (asked in a tab that does not run the engine), `WORKER`, `PANIC`, `INTERNAL`.
+ */
+export type ErrorCode =
+  | 'UNKNOWN_TABLE' | 'UNKNOWN_COLUMN' | 'INVALID_VALUE' | 'INVALID_ROW' | 'ALREADY_EXISTS' | 'NOT_FOUND'
+  | 'INVALID_QUERY' | 'ROW_TOO_LARGE' | 'BLOB_NOT_FOUND' | 'BLOB_UNAVAILABLE' | 'BLOB_INVALID' | 'CHUNK_TOO_LARGE'
+  | 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY'
+  | 'SECRET_INVALID_PHRASE' | 'NO_SECRET' | 'SECRET_LOST' | 'OWNER_MISMATCH' | 'REKEY_REFUSED' | 'NO_PENDING_REKEY'
+  | 'CRYPTO' | 'ENTROPY_UNAVAILABLE' | 'SCHEMA_INVALID' | 'SCHEMA_MISMATCH' | 'INVALID_RELAY' | 'INVALID_ARGUMENT'
+  | 'STORAGE' | 'CLOSED' | 'TIMEOUT' | 'LEADER_ONLY' | 'WORKER' | 'PANIC' | 'INTERNAL';
 
 /** A row as stored: system columns plus the table's columns. */
 export interface Row {
@@ -237,6 +263,12 @@ export interface StorageInfo {
   mode: 'opfs' | 'memory';
   durable: boolean;
   reason: string | null;
+  /**
+   * The answer to `navigator.storage.persist()`, asked when a durable engine opens:
+   * `granted` (the browser will not evict the data), `denied`, `unanswered` (no answer within
+   * 3 s, e.g. a permission prompt) or `unsupported`. Absent for memory storage.
+   */
+  persisted?: 'granted' | 'denied' | 'unanswered' | 'unsupported';
 }
 
 /** One chunk of a blob as the manifest lists it. */
@@ -271,9 +303,9 @@ export interface SyncEnvelope {
   ciphertext: string;
 }
 
-/** An error with a stable `code` (e.g. `NOT_FOUND`, `INVALID_VALUE`, `SECRET_CHECKSUM`, `STORAGE`). */
+/** An error with a stable `code` (see {@link ErrorCode}). */
 export declare class SimplySyncError extends Error {
-  readonly code: string;
+  readonly code: ErrorCode;
 }
 
 /**
@@ -293,6 +325,36 @@ export declare class Engine {
   readonly deviceId: string;
   /** `leader` if this tab runs the engine, `follower` if another tab does. */
   readonly role: 'leader' | 'follower' | 'starting';
+
+  /**
+   * Logs out on this device: closes the engine and deletes its database, its files and the
+   * stored secret. Every tab of the database sees its engine closed (`CLOSED`). Data not yet
+   * synced is lost — sync first.
+   * @example
+   * ```ts
+   * await engine.sync();
+   * await engine.resetLocalData();
+   * ```
+   */
+  resetLocalData(): Promise<void>;
+  /**
+   * Calls `callback(error)` once when the engine closes (by {@link Engine.close}, by
+   * {@link Engine.resetLocalData} in any tab, or for good after a failure); returns an unsubscribe function.
+   * @example
+   * ```ts
+   * engine.onClose((e) => showLogin(e.message));
+   * ```
+   */
+  onClose(callback: (error: SimplySyncError) => void): () => void;
+  /**
+   * Revokes a URL made by {@link Engine.getBlobUrl} (frees its memory); returns whether it was one.
+   * {@link Engine.close} revokes the ones left.
+   * @example
+   * ```ts
+   * img.onload = () => engine.revokeBlobUrl(img.src);
+   * ```
+   */
+  revokeBlobUrl(url: string): boolean;
 
   /**
    * Creates a row (or revives a soft-deleted id).
@@ -468,7 +530,8 @@ export declare class Engine {
    */
   getBlobManifest(blobId: string): Promise<BlobManifest>;
   /**
-   * An object URL for a blob (revoke it with `URL.revokeObjectURL` when done).
+   * An object URL for a blob; revoke it with {@link Engine.revokeBlobUrl} when the image no longer
+   * needs it (close() revokes the rest).
    * @example
    * ```ts
    * img.src = await engine.getBlobUrl(todo.image as string);
@@ -476,7 +539,8 @@ export declare class Engine {
    */
   getBlobUrl(blobId: string): Promise<string>;
   /**
-   * The recovery phrase (or key), to show to its owner.
+   * The recovery phrase (or key), to show to its owner. Answered only in the tab that runs the
+   * engine (`LEADER_ONLY` in another tab): the secret never crosses tabs.
    * @example
    * ```ts
    * alert(await engine.showRecoveryPhrase());
@@ -484,7 +548,8 @@ export declare class Engine {
    */
   showRecoveryPhrase(): Promise<string>;
   /**
-   * Moves all data to a new secret and pushes it (for a leaked phrase). The old owner stays
+   * Moves all data to a new secret and pushes it (for a leaked phrase); the engine stores the
+   * new secret at once, so a takeover or a restart continues with it. Leader tab only. The old owner stays
    * open until {@link Engine.confirmRekey}: store the new secret first, then confirm. Until
    * then, reopening with the old secret undoes the re-key; reopening with the new one confirms it.
    * @example
@@ -566,17 +631,29 @@ export declare class Engine {
 }
 
 /**
- * Opens the engine — or joins it, when another tab of the app already runs it.
+ * Opens the engine — or joins it, when another tab of the app already runs it. The engine
+ * keeps the secret itself: pass `secret` once (a new phrase the user wrote down, or one typed
+ * to restore); later opens leave it out.
  * @example
  * ```ts
- * const engine = await createEngine({
- *   secret: localStorage.phrase ??= await createMnemonic(),
- *   relays: ['http://127.0.0.1:8787'],
- *   schema: { tables: [{ name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] }] },
- * });
+ * const options = { relays: ['http://127.0.0.1:8787'], schema, dbName: 'todos.db' };
+ * const engine = (await hasStoredSecret('todos.db'))
+ *   ? await createEngine(options) // welcome back
+ *   : await createEngine({ ...options, secret: await askUserToWriteDown(await createMnemonic()) });
  * ```
  */
 export declare function createEngine(options: EngineOptions): Promise<Engine>;
+
+/**
+ * Whether this browser keeps the secret of database `dbName` (default `simplysync.db`), so that
+ * {@link createEngine} without `secret` reopens it — "welcome back" rather than "create or
+ * restore".
+ * @example
+ * ```ts
+ * if (await hasStoredSecret('todos.db')) showApp(); else showOnboarding();
+ * ```
+ */
+export declare function hasStoredSecret(dbName?: string): Promise<boolean>;
 
 /**
  * Mints a new 12-word recovery phrase.

@@ -1,49 +1,94 @@
-// The dedicated worker that owns the database: OPFS's SyncAccessHandle pool exists only in
-// dedicated workers. It loads the wasm engine, answers {id, method, args} messages from the tab
-// that started it, and posts engine events ({event, data}) back.
-import init, { Engine } from './simplysync.js';
+// The dedicated worker that owns one database: OPFS's SyncAccessHandle pool exists only in
+// dedicated workers. It loads the wasm engine, answers {id, method, args, requestId} messages
+// from the tab that started it, posts engine events ({event, data}) back, and keeps the secret
+// in custody (custody.js). A Rust panic traps the wasm module: the answer then says `fatal`,
+// with the panic's message, and the tab starts a fresh worker.
+import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
+import { custodyFor, forget, markStored } from './custody.js';
 
 const ready = init();
 let engine = null;
+let dbName = null;
+let schema = null;
 
-const post = (msg) => self.postMessage(msg);
+const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 
-// Engine methods a tab may call (anything else is refused).
+// Engine methods a tab may call, with the number of arguments before the request id of the
+// mutating ones (anything else is refused).
 const METHODS = new Set([
-  'transaction', 'get', 'list', 'query', 'sync', 'notify', 'relayStatuses', 'addRelay', 'removeRelay',
-  'purgeDeleted', 'purgeRows', 'putBlob', 'getBlob', 'getBlobChunk', 'blobManifest', 'recoveryPhrase',
-  'rekey', 'confirmRekey', 'pendingRekey', 'retrySetAside', 'retryQuarantined', 'quarantined', 'deferred', 'storage',
+  'get', 'list', 'query', 'sync', 'notify', 'relayStatuses', 'getBlob', 'getBlobChunk', 'blobManifest',
+  'recoveryPhrase', 'pendingRekey', 'quarantined', 'deferred', 'storage', 'setVisible',
 ]);
+const MUTATING = {
+  transaction: 1, putBlob: 3, purgeDeleted: 0, purgeRows: 2, addRelay: 1, removeRelay: 1, retryQuarantined: 0,
+  retrySetAside: 0, rekey: 1, confirmRekey: 0,
+};
 
 async function open(secret, options) {
-  engine = await Engine.open(secret, options);
+  engine?.free();
+  engine = await Engine.open(secret ?? undefined, options, custodyFor(options.dbName));
+  dbName = options.dbName;
+  schema = options.schema;
   engine.onChange((data) => post({ event: 'change', data }));
   engine.onStatus((data) => post({ event: 'status', data }));
   engine.onProgress((data) => post({ event: 'progress', data }));
-  return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage: engine.storage() };
+  const storage = engine.storage();
+  if (storage.durable) await markStored(dbName);
+  return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema };
+}
+
+function close() {
+  if (!engine) return;
+  engine.close();
+  engine.free();
+  engine = null;
+}
+
+/** Deletes the database's files, its OPFS directory and its key: the secret is gone for good. */
+async function reset() {
+  close();
+  if (!dbName) return null;
+  wipeDatabase(dbName);
+  try {
+    const root = await navigator.storage.getDirectory();
+    const dir = await root.getDirectoryHandle('simplysync');
+    await dir.removeEntry(dbName, { recursive: true });
+  } catch {
+    // No OPFS directory (memory storage) or already gone.
+  }
+  await forget(dbName);
+  return null;
+}
+
+async function run(method, args, requestId) {
+  if (method === 'open') return open(...args);
+  if (method === 'close') return close();
+  if (method === 'reset') return reset();
+  if (!engine) throw Object.assign(new Error('the engine is not open'), { code: 'CLOSED' });
+  if (method in MUTATING) {
+    const padded = args.slice(0, MUTATING[method]);
+    while (padded.length < MUTATING[method]) padded.push(undefined);
+    const value = await engine[method](...padded, requestId ?? undefined);
+    if (method === 'rekey' || method === 'confirmRekey') post({ event: 'owner', data: engine.ownerId });
+    return value;
+  }
+  if (METHODS.has(method)) return engine[method](...args);
+  throw Object.assign(new Error(`unknown method ${method}`), { code: 'INVALID_ARGUMENT' });
 }
 
 self.onmessage = async ({ data }) => {
-  const { id, method, args } = data;
+  const { id, method, args, requestId } = data;
   try {
     await ready;
-    let value;
-    if (method === 'open') {
-      value = await open(...args);
-    } else if (method === 'close') {
-      engine?.close();
-      engine?.free();
-      engine = null;
-      value = null;
-    } else if (!engine) {
-      throw Object.assign(new Error('the engine is not open'), { code: 'CLOSED' });
-    } else if (METHODS.has(method)) {
-      value = await engine[method](...args);
-    } else {
-      throw Object.assign(new Error(`unknown method ${method}`), { code: 'INVALID_ARGUMENT' });
-    }
-    post({ id, ok: true, value });
+    const value = await run(method, args ?? [], requestId);
+    post({ id, ok: true, value }, value instanceof Uint8Array ? [value.buffer] : undefined);
   } catch (e) {
+    if (e instanceof WebAssembly.RuntimeError) {
+      const message = takePanicMessage() ?? e.message;
+      engine = null; // the module trapped: nothing in it can be trusted any more
+      post({ id, ok: false, fatal: true, error: { message: `the engine crashed: ${message}`, code: 'PANIC' } });
+      return;
+    }
     post({ id, ok: false, error: { message: e?.message ?? String(e), code: e?.code ?? 'INTERNAL' } });
   }
 };

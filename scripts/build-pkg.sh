@@ -17,12 +17,13 @@ wasm-pack build --profile wasm-release --target web --mode no-install --out-dir 
   pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm
 mv pkg/simplysync_bg.opt.wasm pkg/simplysync_bg.wasm
 rm -f pkg/.gitignore pkg/package.json pkg/README.md
-cp js/index.js js/index.d.ts js/worker.js pkg-template/README.md pkg/
+cp js/*.js js/index.d.ts pkg-template/README.md pkg/
 sed "s/\"version\": \"0.0.0\"/\"version\": \"$VERSION\"/" pkg-template/package.json > pkg/package.json
 
 size() { printf '%-24s %9d bytes  %9d gzip\n' "$1" "$(wc -c < "pkg/$1")" "$(gzip -9 -c "pkg/$1" | wc -c)"; }
-for f in simplysync_bg.wasm simplysync.js index.js worker.js; do size "$f" >&2; done
-total_gz=$(cat pkg/simplysync_bg.wasm pkg/simplysync.js pkg/index.js pkg/worker.js | gzip -9 -c | wc -c)
+JS_FILES=$(cd js && ls *.js)
+for f in simplysync_bg.wasm simplysync.js $JS_FILES; do size "$f" >&2; done
+total_gz=$(cd pkg && cat simplysync_bg.wasm simplysync.js $JS_FILES | gzip -9 -c | wc -c)
 echo "package (wasm + js), gzip -9 as one stream: $total_gz bytes" >&2
 (cd pkg && npm pack --silent >&2)
 echo "$ROOT/pkg/simplysync-$VERSION.tgz"

@@ -57,7 +57,7 @@ WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TE
 
 stage "npm package: build and pack, then a Vite app against the tarball in Chromium"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && node --test --test-concurrency=1 package.test.mjs)
+(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs)
 echo "TypeScript: the declarations type a strict app using the whole API"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
 

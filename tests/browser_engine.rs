@@ -37,6 +37,11 @@ fn options(db: &str, relays: &[&str], auto_sync: bool) -> JsValue {
     ))
 }
 
+/// Opens an engine with an explicit secret and no key custody.
+async fn open(secret: String, options: JsValue) -> Result<WebEngine, JsValue> {
+    WebEngine::open(Some(secret), options, JsValue::UNDEFINED).await
+}
+
 fn get(v: &JsValue, k: &str) -> JsValue {
     Reflect::get(v, &k.into()).unwrap()
 }
@@ -63,7 +68,7 @@ async fn events_requests() -> u64 {
 async fn the_engine_runs_on_opfs_and_its_data_survives_close_and_reopen() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let db = unique("persist");
-    let e = WebEngine::open(secret.clone(), options(&db, &[], false)).await.unwrap();
+    let e = open(secret.clone(), options(&db, &[], false)).await.unwrap();
     assert_eq!(get(&e.storage(), "mode"), "opfs");
     assert_eq!(get(&e.storage(), "durable"), JsValue::TRUE);
     e.insert("todos".into(), js(r#"{"id": "a", "title": "milk", "meta": {"note": "lone \ud800"}, "done": false}"#))
@@ -77,7 +82,7 @@ async fn the_engine_runs_on_opfs_and_its_data_survives_close_and_reopen() {
     assert_eq!(get(&err, "code"), "INVALID_VALUE");
     e.close();
     drop(e);
-    let again = WebEngine::open(secret, options(&db, &[], false)).await.unwrap();
+    let again = open(secret, options(&db, &[], false)).await.unwrap();
     let row = again.get("todos".into(), "a".into()).unwrap();
     assert_eq!(get(&row, "done"), JsValue::TRUE);
     let note: js_sys::JsString = get(&get(&row, "meta"), "note").unchecked_into();
@@ -89,8 +94,8 @@ async fn the_engine_runs_on_opfs_and_its_data_survives_close_and_reopen() {
 #[wasm_bindgen_test]
 async fn two_engines_in_one_browser_sync_through_a_real_relay() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let a = WebEngine::open(secret.clone(), options(&unique("a"), &[RELAY], false)).await.unwrap();
-    let b = WebEngine::open(secret, options(&unique("b"), &[RELAY], false)).await.unwrap();
+    let a = open(secret.clone(), options(&unique("a"), &[RELAY], false)).await.unwrap();
+    let b = open(secret, options(&unique("b"), &[RELAY], false)).await.unwrap();
     a.insert("todos".into(), js(r#"{"id": "1", "title": "from a"}"#)).unwrap();
     b.insert("todos".into(), js(r#"{"id": "2", "title": "from b"}"#)).unwrap();
     let report = a.sync().await.unwrap();
@@ -110,13 +115,13 @@ async fn two_engines_in_one_browser_sync_through_a_real_relay() {
 #[wasm_bindgen_test]
 async fn blobs_upload_from_one_engine_and_download_in_another() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let a = WebEngine::open(secret.clone(), options(&unique("blob-a"), &[RELAY], false)).await.unwrap();
+    let a = open(secret.clone(), options(&unique("blob-a"), &[RELAY], false)).await.unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
-    let manifest = a.put_blob(Uint8Array::from(data.as_slice()), "image/png".into(), None).unwrap();
+    let manifest = a.put_blob(Uint8Array::from(data.as_slice()), "image/png".into(), None, None).unwrap();
     let blob_id = get(&manifest, "blobId").as_string().unwrap();
     assert_eq!(js_sys::Array::from(&get(&manifest, "chunks")).length(), 2);
     a.sync().await.unwrap();
-    let b = WebEngine::open(secret, options(&unique("blob-b"), &[RELAY], false)).await.unwrap();
+    let b = open(secret, options(&unique("blob-b"), &[RELAY], false)).await.unwrap();
     b.sync().await.unwrap();
     let chunk = b.get_blob_chunk(blob_id.clone(), 1).await.unwrap();
     assert_eq!(chunk.to_vec(), data[262_144..].to_vec());
@@ -135,11 +140,11 @@ fn count_statuses(e: &WebEngine) -> std::rc::Rc<std::cell::Cell<u32>> {
 #[wasm_bindgen_test]
 async fn auto_sync_off_makes_no_request_by_itself_but_sync_still_runs_a_full_pass() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let e = WebEngine::open(secret, options(&unique("manual"), &[RELAY], false)).await.unwrap();
+    let e = open(secret, options(&unique("manual"), &[RELAY], false)).await.unwrap();
     let passes = count_statuses(&e);
     // A witness with autoSync on and the same interval shows that poll time really passed.
     let other = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let witness = WebEngine::open(other, options(&unique("witness"), &[RELAY], true)).await.unwrap();
+    let witness = open(other, options(&unique("witness"), &[RELAY], true)).await.unwrap();
     let witnessed = count_statuses(&witness);
     e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
     e.notify("focus".into()).unwrap();
@@ -165,7 +170,7 @@ async fn a_stalled_relay_times_out_in_the_browser_while_the_other_relay_syncs() 
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let opts = options(&unique("stalled"), &[stalled, RELAY], false);
     Reflect::set(&opts, &"requestTimeoutMs".into(), &1500.into()).unwrap();
-    let e = WebEngine::open(secret, opts).await.unwrap();
+    let e = open(secret, opts).await.unwrap();
     e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
     let report = e.sync().await.unwrap();
     let relays: Array = get(&report, "relays").unchecked_into();
@@ -177,7 +182,7 @@ async fn a_stalled_relay_times_out_in_the_browser_while_the_other_relay_syncs() 
     assert_eq!(get(&statuses.get(0), "state"), "offline");
     let bad = options(&unique("bad"), &[RELAY], false);
     Reflect::set(&bad, &"requestTimeoutMs".into(), &(-5).into()).unwrap();
-    let err = WebEngine::open(simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap(), bad).await.unwrap_err();
+    let err = open(simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap(), bad).await.unwrap_err();
     assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
 }
 
@@ -186,7 +191,7 @@ async fn a_row_too_large_for_the_relays_is_refused_in_the_browser_too() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let opts = options(&unique("large"), &[], false);
     Reflect::set(&opts, &"maxEventBytes".into(), &4096.into()).unwrap();
-    let e = WebEngine::open(secret, opts).await.unwrap();
+    let e = open(secret, opts).await.unwrap();
     let row = js(&format!(r#"{{"id": "big", "title": "{}"}}"#, "x".repeat(5000)));
     let err = e.insert("todos".into(), row).unwrap_err();
     assert_eq!(get(&err, "code"), "ROW_TOO_LARGE");
@@ -196,9 +201,9 @@ async fn a_row_too_large_for_the_relays_is_refused_in_the_browser_too() {
 #[wasm_bindgen_test]
 async fn auto_sync_on_syncs_after_a_write_without_being_asked() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
-    let a = WebEngine::open(secret.clone(), options(&unique("auto"), &[RELAY], true)).await.unwrap();
+    let a = open(secret.clone(), options(&unique("auto"), &[RELAY], true)).await.unwrap();
     a.insert("todos".into(), js(r#"{"id": "w", "title": "pushed by itself"}"#)).unwrap();
-    let b = WebEngine::open(secret, options(&unique("auto-b"), &[RELAY], true)).await.unwrap();
+    let b = open(secret, options(&unique("auto-b"), &[RELAY], true)).await.unwrap();
     for _ in 0..50 {
         sleep(100).await;
         if b.get("todos".into(), "w".into()).unwrap() != JsValue::NULL {

@@ -4,7 +4,7 @@
 
 use simplysync::protocol::base64url;
 use simplysync::protocol::entropy::{random_bytes, OsEntropy};
-use simplysync::store::opfs::{install_opfs, open_opfs};
+use simplysync::store::opfs::{database_pool, open_database};
 use sqlite_wasm_rs::vfs::VfsFilesManager as _;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
 
@@ -16,10 +16,10 @@ fn unique_name(prefix: &str) -> String {
 
 #[wasm_bindgen_test]
 async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquires_its_files() {
-    let pool = install_opfs("simplysync-tests").await.expect("OPFS pool installs in a dedicated worker");
     let name = unique_name("persist");
+    let pool = database_pool(&name).await.expect("OPFS pool installs in a dedicated worker");
     {
-        let conn = open_opfs(&name).await.unwrap();
+        let conn = open_database(&name).await.unwrap();
         conn.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, v BLOB NOT NULL)").unwrap();
         let mut stmt = conn.prepare("INSERT INTO t (id, v) VALUES (?1, ?2)").unwrap();
         for i in 0..100u32 {
@@ -32,7 +32,7 @@ async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquire
     pool.pause().unwrap();
     pool.resume().await.unwrap();
 
-    let conn = open_opfs(&name).await.unwrap();
+    let conn = open_database(&name).await.unwrap();
     let count: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
     assert_eq!(count, 100);
     let v: Vec<u8> = conn.query_row("SELECT v FROM t WHERE id = 'row42'", [], |r| r.get(0)).unwrap();
@@ -42,10 +42,31 @@ async fn a_database_on_opfs_keeps_its_rows_after_the_pool_releases_and_reacquire
 }
 
 #[wasm_bindgen_test]
+async fn each_database_has_its_own_pool_so_one_worker_holding_a_database_does_not_lock_another() {
+    let (a, b) = (unique_name("pool-a"), unique_name("pool-b"));
+    let conn_a = open_database(&a).await.unwrap();
+    conn_a.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);").unwrap();
+    // Releasing a's pool (what a closing tab does) leaves b's untouched, and the reverse.
+    let conn_b = open_database(&b).await.unwrap();
+    conn_b.execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (2);").unwrap();
+    drop(conn_a);
+    simplysync::store::opfs::release_database(&a).unwrap();
+    let x: i64 = conn_b.query_row("SELECT x FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(x, 2);
+    let conn_a = open_database(&a).await.unwrap();
+    let x: i64 = conn_a.query_row("SELECT x FROM t", [], |r| r.get(0)).unwrap();
+    assert_eq!(x, 1, "a reopens with its data");
+    drop(conn_a);
+    simplysync::store::opfs::wipe_database(&a).unwrap();
+    let conn_a = open_database(&a).await.unwrap();
+    let tables: i64 = conn_a.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0)).unwrap();
+    assert_eq!(tables, 0, "a wiped database starts empty");
+}
+
+#[wasm_bindgen_test]
 async fn a_transaction_rolled_back_on_opfs_leaves_no_trace() {
-    install_opfs("simplysync-tests").await.unwrap();
     let name = unique_name("rollback");
-    let mut conn = open_opfs(&name).await.unwrap();
+    let mut conn = open_database(&name).await.unwrap();
     conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
     {
         let tx = conn.transaction().unwrap();
@@ -58,8 +79,7 @@ async fn a_transaction_rolled_back_on_opfs_leaves_no_trace() {
 
 #[wasm_bindgen_test]
 async fn a_database_on_opfs_uses_the_settings_the_readme_promises() {
-    install_opfs("simplysync-tests").await.unwrap();
-    let conn = open_opfs(&unique_name("pragmas")).await.unwrap();
+    let conn = open_database(&unique_name("pragmas")).await.unwrap();
     conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
     let value = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, rusqlite::types::Value>(0)).unwrap();
     use rusqlite::types::Value::{Integer, Text};

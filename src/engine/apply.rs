@@ -242,6 +242,7 @@ impl Engine {
                     Outcome::Quarantined => {}
                 }
             }
+            self.record_request(tx, &released)?;
             Ok((released, changes))
         })?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));

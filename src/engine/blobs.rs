@@ -39,7 +39,7 @@ impl Engine {
         self.write(|tx| {
             self.store_sealed_blob(tx, &sealed)?;
             self.persist_clock(tx)?;
-            Ok(())
+            self.record_request(tx, &manifest)
         })?;
         let change = RowChange { table: BLOB_TABLE.into(), id: manifest.blob_id.clone() };
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, vec![change]));

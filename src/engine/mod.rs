@@ -32,6 +32,7 @@ mod rekey;
 mod relay;
 mod relay_api;
 mod relay_set;
+mod requests;
 mod sync;
 
 use std::cell::{Cell, RefCell};
@@ -127,6 +128,8 @@ pub struct Engine {
     purge_records: Cell<bool>,
     /// Time spent classifying (decrypting) events of the page being applied, for timings.
     decrypt_ms: Cell<f64>,
+    /// The request id of the [`Engine::once`] call running, recorded with its effect.
+    request: RefCell<Option<String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -137,14 +140,10 @@ impl std::fmt::Debug for Engine {
 
 /// The schema the database was last opened with, if any (lets tools reopen an app's database).
 pub fn stored_schema(conn: &Connection) -> Result<Option<SchemaDef>, EngineError> {
-    let exists: bool = conn
-        .query_row("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sync_meta'", [], |_| Ok(true))
-        .unwrap_or(false);
-    if !exists {
-        return Ok(None);
-    }
-    Ok(system::meta_get(conn, "schema")?.and_then(|s| serde_json::from_str(&s).ok()))
+    Ok(system::meta_get_if_table(conn, "schema")?.and_then(|s| serde_json::from_str(&s).ok()))
 }
+
+pub use rekey::stored_wrapped_secret;
 
 /// Checks a relay URL: http or https, no whitespace.
 pub fn validate_relay_url(url: &str) -> Result<(), EngineError> {
@@ -216,6 +215,7 @@ impl Engine {
             schema_retry_pending: Cell::new(true),
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
+            request: RefCell::new(None),
         };
         engine.reconcile_relays(relays.as_deref())?;
         engine.finish_handover(opening, handover)?;

@@ -237,11 +237,8 @@ impl Engine {
     /// recorded rows without writing again. Lets a caller re-send a call whose answer it lost
     /// (a tab whose leader closed mid-call). Ids are kept for a day.
     pub fn transaction_once(&self, request_id: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
-        if request_id.is_empty() || request_id.len() > 128 {
-            return Err(EngineError::InvalidQuery("requestId must be 1–128 characters".into()));
-        }
-        let done: Option<String> = system::meta_request(&self.db.borrow(), request_id)?;
-        if let Some(text) = done {
+        super::requests::validate_request_id(request_id)?;
+        if let Some(text) = self.recorded_request(request_id)? {
             return match crate::protocol::parse_json(&text) {
                 Ok(Json::Array(rows)) => Ok(rows),
                 _ => Err(StoreError::Corrupt(format!(
@@ -250,14 +247,9 @@ impl Engine {
                 .into()),
             };
         }
-        let now = self.now();
         let (changes, rows) = self.write(|tx| {
             let (changes, rows) = self.stage_all(tx, ops)?;
-            let result = to_canonical_json(&Json::Array(rows.clone()));
-            tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
-                .execute(rusqlite::params![request_id, result, now as i64])?;
-            tx.prepare_cached("DELETE FROM _sync_requests WHERE at < ?1")?
-                .execute([now.saturating_sub(24 * 3600 * 1000) as i64])?;
+            self.write_request(tx, request_id, &to_canonical_json(&Json::Array(rows.clone())))?;
             Ok((changes, rows))
         })?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));

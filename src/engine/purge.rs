@@ -63,6 +63,7 @@ impl Engine {
                 }
                 purged.push(RowChange { table: table.clone(), id: id.clone() });
             }
+            self.record_request(tx, &(purged.len() as u64))?;
             Ok(purged)
         })?;
         let n = purged.len() as u64;

@@ -30,6 +30,8 @@ use crate::store::{inbox, outbox, system, StoreError};
 
 /// The `_sync_meta` key of the hand-over record.
 const HANDOVER_KEY: &str = "rekey";
+/// The `_sync_meta` key of the secret sealed by the platform's key custody.
+pub(crate) const WRAPPED_SECRET_KEY: &str = "wrapped_secret";
 
 /// A re-key waiting for confirmation: both owners, and each secret sealed under the other
 /// owner's data key (so either secret can finish or undo it, and neither is at rest in
@@ -104,6 +106,17 @@ impl Engine {
     /// stays open until [`Engine::confirm_rekey`] (or the next open with `new_secret`). Store
     /// `new_secret` first, then confirm. Until then, opening with the old secret undoes it.
     pub async fn rekey(&self, new_secret: &str) -> Result<SyncReport, EngineError> {
+        self.rekey_storing(new_secret, None).await
+    }
+
+    /// [`Engine::rekey`] that also stores `wrapped_secret` (the new secret sealed by the
+    /// platform's key custody, see [`Engine::wrapped_secret`]) in the switch's transaction, so
+    /// the database never holds one owner's data with the other's stored secret.
+    pub async fn rekey_storing(
+        &self,
+        new_secret: &str,
+        wrapped_secret: Option<&str>,
+    ) -> Result<SyncReport, EngineError> {
         let secret = Secret::parse(new_secret)?;
         let new_id = secret.identity();
         let old = self.identity();
@@ -154,7 +167,10 @@ impl Engine {
             self.write(|tx| {
                 self.switch_owner(tx, &old, &new_id, &blobs)?;
                 system::meta_set(tx, HANDOVER_KEY, &serde_json::to_string(&handover).expect("records serialize"))?;
-                Ok(())
+                if let Some(wrapped) = wrapped_secret {
+                    system::meta_set(tx, WRAPPED_SECRET_KEY, wrapped)?;
+                }
+                self.record_request(tx, &())
             })?;
             // Only once the switch committed does the engine speak as the new owner.
             *self.keys.borrow_mut() = Keys { secret, identity: new_id };
@@ -175,6 +191,17 @@ impl Engine {
         self.sync(SyncTrigger::Manual).await
     }
 
+    /// The secret as sealed by the platform's key custody (the browser package wraps it with a
+    /// non-extractable WebCrypto key), if one is stored. Opaque to the engine.
+    pub fn wrapped_secret(&self) -> Result<Option<String>, EngineError> {
+        self.meta(WRAPPED_SECRET_KEY)
+    }
+
+    /// Stores the custody-sealed secret (see [`Engine::wrapped_secret`]).
+    pub fn set_wrapped_secret(&self, wrapped: &str) -> Result<(), EngineError> {
+        self.write(|tx| Ok(system::meta_set(tx, WRAPPED_SECRET_KEY, wrapped)?))
+    }
+
     /// The owner a re-key waiting for [`Engine::confirm_rekey`] moved to, if any.
     pub fn pending_rekey(&self) -> Result<Option<String>, EngineError> {
         Ok(Handover::load(&self.db.borrow())?.map(|h| h.to))
@@ -186,7 +213,7 @@ impl Engine {
         self.write(|tx| {
             self.queue_close(tx, &old, &current)?;
             system::meta_delete(tx, HANDOVER_KEY)?;
-            Ok(())
+            self.record_request(tx, &())
         })
     }
 
@@ -352,6 +379,11 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+/// The custody-sealed secret stored in a database not opened yet (`None` for a new database).
+pub fn stored_wrapped_secret(conn: &Connection) -> Result<Option<String>, EngineError> {
+    Ok(system::meta_get_if_table(conn, WRAPPED_SECRET_KEY)?)
 }
 
 fn pending_closes(conn: &Connection, url: &str) -> Result<std::collections::BTreeMap<String, String>, EngineError> {

@@ -113,7 +113,8 @@ impl Engine {
                 write_list(tx, "relays_added", &added)?;
             }
             forget(tx, url)?;
-            write_list(tx, "relays", &set)
+            write_list(tx, "relays", &set)?;
+            self.record_request(tx, &())
         })?;
         self.relays.borrow_mut().push(RelayRuntime::new(url));
         self.emit_status();
@@ -139,7 +140,8 @@ impl Engine {
             }
             forget(tx, url)?;
             outbox::prune(tx, &set)?;
-            write_list(tx, "relays", &set)
+            write_list(tx, "relays", &set)?;
+            self.record_request(tx, &())
         })?;
         self.relays.borrow_mut().retain(|r| r.url != url);
         self.emit_status();
@@ -149,7 +151,11 @@ impl Engine {
     /// Puts every item set aside (a single event or chunk a relay refused) back in line for the
     /// next pass; returns how many. The engine also does this each time it opens.
     pub fn retry_set_aside(&self) -> Result<u64, EngineError> {
-        let n = self.write(|tx| Ok(set_aside::clear(tx, None)?))?;
+        let n = self.write(|tx| {
+            let n = set_aside::clear(tx, None)?;
+            self.record_request(tx, &n)?;
+            Ok(n)
+        })?;
         self.emit_status();
         Ok(n)
     }

@@ -1,10 +1,13 @@
 //! Durable browser storage: SQLite's OPFS SyncAccessHandle-pool VFS ("sahpool").
 //!
-//! Works only inside a **dedicated Worker** in a secure context, and the pool is exclusive per
-//! origin and directory: while one worker holds it, another worker cannot open the same files.
-//! The engine therefore runs in one worker per origin (the JS facade elects it).
+//! Works only inside a **dedicated Worker** in a secure context. A pool holds sync access
+//! handles on every file of its directory, exclusively: while one worker holds a pool, no other
+//! worker can open those files. So each database gets **its own pool**, in its own OPFS
+//! directory (`simplysync/<dbName>/`), registered as its own VFS: two tabs with different
+//! databases work at once, and one tab (the JS facade elects it) runs each database.
 
 use std::cell::RefCell;
+use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OpenFlags};
 use sqlite_wasm_rs::vfs::VfsFilesManager as _;
@@ -12,42 +15,72 @@ use sqlite_wasm_vfs::sahpool::{install, OpfsSAHPoolCfgBuilder, OpfsSAHPoolUtil};
 
 use super::StoreError;
 
-/// The VFS name the engine registers.
-pub const VFS_NAME: &str = "simplysync-opfs";
+/// The OPFS directory under which every database's pool lives.
+pub const ROOT_DIRECTORY: &str = "simplysync";
 /// Free slots kept beyond the files in use: a database, its journal, and one spare.
 const SPARE_SLOTS: usize = 3;
 
 thread_local! {
-    static POOL: RefCell<Option<OpfsSAHPoolUtil>> = const { RefCell::new(None) };
+    static POOLS: RefCell<BTreeMap<String, OpfsSAHPoolUtil>> = const { RefCell::new(BTreeMap::new()) };
 }
 
 fn opfs_err(e: impl std::fmt::Display) -> StoreError {
     StoreError::Opfs(e.to_string())
 }
 
-/// Installs (or reuses) the OPFS pool rooted at `directory`.
-pub async fn install_opfs(directory: &str) -> Result<OpfsSAHPoolUtil, StoreError> {
-    let cfg = OpfsSAHPoolCfgBuilder::new().vfs_name(VFS_NAME).directory(directory).build();
+/// The OPFS directory of `db_name`'s pool.
+pub fn pool_directory(db_name: &str) -> String {
+    format!("{ROOT_DIRECTORY}/{db_name}")
+}
+
+fn vfs_name(db_name: &str) -> String {
+    format!("simplysync-opfs:{db_name}")
+}
+
+/// Installs (or reuses) the pool of `db_name`.
+pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError> {
+    if let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) {
+        if pool.is_paused() {
+            pool.resume().await.map_err(opfs_err)?;
+        }
+        return Ok(pool);
+    }
+    let cfg = OpfsSAHPoolCfgBuilder::new().vfs_name(&vfs_name(db_name)).directory(&pool_directory(db_name)).build();
     let pool = install::<sqlite_wasm_rs::WasmOsCallback>(&cfg, false).await.map_err(opfs_err)?;
-    POOL.with(|p| *p.borrow_mut() = Some(pool.clone()));
+    POOLS.with(|p| p.borrow_mut().insert(db_name.to_owned(), pool.clone()));
     Ok(pool)
 }
 
-/// Opens (creating if needed) database `name` on the installed OPFS pool, growing the pool so
-/// the database and its journal have slots.
-pub async fn open_opfs(name: &str) -> Result<Connection, StoreError> {
-    open_opfs_with_page_size(name, super::PAGE_SIZE).await
+/// Opens (creating if needed) database `db_name` in its own OPFS pool.
+pub async fn open_database(db_name: &str) -> Result<Connection, StoreError> {
+    open_database_with_page_size(db_name, super::PAGE_SIZE).await
 }
 
-/// Like [`open_opfs`], with a page size for a database that does not exist yet.
-pub async fn open_opfs_with_page_size(name: &str, page_size: u32) -> Result<Connection, StoreError> {
-    let pool = POOL.with(|p| p.borrow().clone()).ok_or_else(|| opfs_err("the OPFS pool is not installed"))?;
+/// Like [`open_database`], with a page size for a database that does not exist yet.
+pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Result<Connection, StoreError> {
+    let pool = database_pool(db_name).await?;
     let needed = pool.len().map_err(opfs_err)? + SPARE_SLOTS;
     if pool.capacity() < needed {
         pool.ensure_capacity(needed).await.map_err(opfs_err)?;
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags_and_vfs(name, flags, VFS_NAME)?;
+    let conn = Connection::open_with_flags_and_vfs(db_name, flags, vfs_name(db_name).as_str())?;
     super::configure_with_page_size(&conn, page_size)?;
     Ok(conn)
+}
+
+/// Deletes every file of `db_name`'s pool (the database and its WAL) and releases the pool's
+/// handles. Every connection to the database must be closed first.
+pub fn wipe_database(db_name: &str) -> Result<(), StoreError> {
+    let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) else { return Ok(()) };
+    pool.clear().map_err(opfs_err)?;
+    pool.pause().map_err(opfs_err)?;
+    Ok(())
+}
+
+/// Releases the handles of `db_name`'s pool (keeping its files), so another worker can open the
+/// database. Every connection to it must be closed first.
+pub fn release_database(db_name: &str) -> Result<(), StoreError> {
+    let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) else { return Ok(()) };
+    pool.pause().map_err(opfs_err)
 }

@@ -144,6 +144,16 @@ pub fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreErr
     Ok(conn.prepare_cached("SELECT value FROM _sync_meta WHERE key = ?1")?.query_row([key], |r| r.get(0)).optional()?)
 }
 
+/// Reads a `_sync_meta` value of a database that may not have the engine's tables yet.
+pub fn meta_get_if_table(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
+    let exists =
+        conn.prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_sync_meta'")?.exists([])?;
+    if !exists {
+        return Ok(None);
+    }
+    meta_get(conn, key)
+}
+
 /// Writes a `_sync_meta` value.
 pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
     conn.prepare_cached(

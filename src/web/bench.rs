@@ -15,7 +15,7 @@ use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
 use crate::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
 use crate::protocol::entropy::{random_bytes, OsEntropy};
 use crate::protocol::{base64url, Json};
-use crate::store::opfs::{install_opfs, open_opfs};
+use crate::store::opfs::open_database;
 
 const KEY: &str = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 
@@ -46,8 +46,7 @@ fn schema() -> SchemaDef {
 }
 
 async fn connection(tag: &str) -> Result<rusqlite::Connection, JsValue> {
-    install_opfs("simplysync-bench").await.map_err(js_err)?;
-    open_opfs(&unique(tag)).await.map_err(js_err)
+    open_database(&unique(tag)).await.map_err(js_err)
 }
 
 async fn engine(secret: &str, relays: Vec<String>, tag: &str) -> Result<Engine, JsValue> {
@@ -253,9 +252,8 @@ pub async fn bench_journal_modes(n: u32) -> Result<JsValue, JsValue> {
 pub async fn bench_page_sizes() -> Result<JsValue, JsValue> {
     let mut out = Vec::new();
     for size in [4096u32, 8192, 16384, 32768, 65536] {
-        install_opfs("simplysync-bench").await.map_err(js_err)?;
         let name = unique(&format!("page{size}"));
-        let conn = crate::store::opfs::open_opfs_with_page_size(&name, size).await.map_err(js_err)?;
+        let conn = crate::store::opfs::open_database_with_page_size(&name, size).await.map_err(js_err)?;
         conn.execute_batch(
             "CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER) WITHOUT ROWID",
         )

@@ -15,16 +15,17 @@ use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport};
 use crate::engine::schema::SchemaDef;
 use crate::engine::{Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, SyncTrigger};
+use crate::protocol::base64url;
 use crate::protocol::entropy::OsEntropy;
 use crate::protocol::Json;
-use crate::store::opfs::{install_opfs, open_opfs};
+use crate::store::opfs::open_database;
 
 /// Default poll interval.
 pub const DEFAULT_SYNC_INTERVAL_MS: u32 = 5000;
 /// Writes within this window share one sync pass.
 const WRITE_DEBOUNCE_MS: u32 = 25;
-/// OPFS directory of the engine's pool.
-const OPFS_DIRECTORY: &str = "simplysync";
+/// Automatic polls are this many times rarer while no tab of the app is visible.
+const HIDDEN_POLL_FACTOR: u32 = 6;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -65,11 +66,57 @@ struct StorageInfo {
 struct Inner {
     engine: Engine,
     storage: StorageInfo,
+    custody: Option<Custody>,
     auto_sync: bool,
     interval_ms: u32,
+    visible: Cell<bool>,
     closed: Cell<bool>,
     write_sync_scheduled: Cell<bool>,
     callbacks: RefCell<Vec<u64>>,
+}
+
+/// Key custody, provided by the worker: `wrap(bytes)` and `unwrap(bytes)` seal and open the
+/// secret with a non-extractable WebCrypto key kept in IndexedDB (PROTOCOL.md, "Key custody").
+/// The engine stores only the wrapped bytes, in its own database.
+struct Custody {
+    wrap: Function,
+    unwrap: Function,
+}
+
+impl Custody {
+    fn from_js(v: &JsValue) -> Result<Option<Custody>, JsValue> {
+        if v.is_undefined() || v.is_null() {
+            return Ok(None);
+        }
+        let f = |name: &str| -> Result<Function, JsValue> {
+            js_sys::Reflect::get(v, &name.into())?
+                .dyn_into::<Function>()
+                .map_err(|_| bad_arg(format!("custody.{name} must be a function")))
+        };
+        Ok(Some(Custody { wrap: f("wrap")?, unwrap: f("unwrap")? }))
+    }
+
+    async fn call(f: &Function, bytes: &[u8]) -> Result<Vec<u8>, JsValue> {
+        let promise: js_sys::Promise = f.call1(&JsValue::NULL, &Uint8Array::from(bytes))?.dyn_into()?;
+        let out = wasm_bindgen_futures::JsFuture::from(promise).await?;
+        Ok(Uint8Array::new(&out).to_vec())
+    }
+
+    async fn wrap(&self, secret: &str) -> Result<String, JsValue> {
+        Ok(base64url::encode(&Self::call(&self.wrap, secret.as_bytes()).await?))
+    }
+
+    async fn unwrap(&self, wrapped: &str) -> Result<String, JsValue> {
+        let lost = |why: String| {
+            js_error(
+                "SECRET_LOST",
+                &format!("the secret stored on this device cannot be unlocked ({why}); enter the recovery phrase"),
+            )
+        };
+        let bytes = base64url::decode(wrapped).map_err(|e| lost(e.to_string()))?;
+        let plain = Self::call(&self.unwrap, &bytes).await.map_err(|e| lost(super::io::js_message(&e)))?;
+        String::from_utf8(plain).map_err(|_| lost("not text".into()))
+    }
 }
 
 /// The sync engine, for JavaScript.
@@ -92,6 +139,13 @@ fn bad_arg(msg: String) -> JsValue {
     js_error("INVALID_ARGUMENT", &msg)
 }
 
+fn no_secret(db_name: &str) -> JsValue {
+    js_error(
+        "NO_SECRET",
+        &format!("database {db_name:?} holds no secret on this device: pass options.secret (a recovery phrase)"),
+    )
+}
+
 fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
     to_json(v, name).map_err(bad_arg)
 }
@@ -108,6 +162,9 @@ fn opfs_unsupported(e: &str) -> bool {
 const OPFS_BUSY_WAIT_MS: u32 = 10_000;
 
 async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
+    if mode != "auto" && mode != "opfs" && mode != "memory" {
+        return Err(bad_arg(format!("storage {mode:?}: use \"auto\", \"opfs\" or \"memory\"")));
+    }
     if mode == "memory" {
         let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
         return Ok((
@@ -117,11 +174,7 @@ async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection
     }
     let mut waited = 0;
     loop {
-        let attempt = async {
-            install_opfs(OPFS_DIRECTORY).await?;
-            open_opfs(db_name).await
-        };
-        let e = match attempt.await {
+        let e = match open_database(db_name).await {
             Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
             Err(e) => e.to_string(),
         };
@@ -156,15 +209,32 @@ fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
 
 #[wasm_bindgen(js_class = Engine)]
 impl WebEngine {
-    /// Opens the engine: `{secret, relays, schema, dbName?, syncIntervalMs?, autoSync?, storage?}`.
-    pub async fn open(secret: String, options: JsValue) -> Result<WebEngine, JsValue> {
+    /// Opens the engine: `options` = `{relays, schema, dbName?, syncIntervalMs?, autoSync?,
+    /// storage?, maxEventBytes?, maxBlobBytes?, requestTimeoutMs?}`. Without `secret`, the
+    /// secret stored in the database (sealed by `custody`) is used; with `custody`, the secret
+    /// the engine runs with is stored sealed on every open (durable storage only).
+    pub async fn open(secret: Option<String>, options: JsValue, custody: JsValue) -> Result<WebEngine, JsValue> {
         let opts: OpenOptions =
             serde_wasm_bindgen::from_value(options).map_err(|e| bad_arg(format!("options: {e}")))?;
+        let custody = Custody::from_js(&custody)?;
         let db_name = opts.db_name.unwrap_or_else(|| "simplysync.db".into());
-        if db_name.is_empty() || db_name.len() > 200 || db_name.contains('/') {
-            return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/'")));
+        if db_name.is_empty()
+            || db_name.len() > 200
+            || db_name.contains(['/', '\\', '\0'])
+            || db_name == "."
+            || db_name == ".."
+        {
+            return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/', '\\' or NUL, not '.' or '..'")));
         }
         let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name).await?;
+        let secret = match (secret, &custody) {
+            (Some(s), _) => s,
+            (None, Some(c)) => match crate::engine::stored_wrapped_secret(&conn).map_err(err)? {
+                Some(wrapped) => c.unwrap(&wrapped).await?,
+                None => return Err(no_secret(&db_name)),
+            },
+            (None, None) => return Err(no_secret(&db_name)),
+        };
         let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
         let defaults = EngineOptions::default();
         let options = EngineOptions {
@@ -175,12 +245,19 @@ impl WebEngine {
         };
         let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
         let engine = Engine::open(conn, config, env).map_err(err)?;
+        let custody = custody.filter(|_| storage.durable);
+        if let Some(c) = &custody {
+            let wrapped = c.wrap(&engine.recovery_secret()).await?;
+            engine.set_wrapped_secret(&wrapped).map_err(err)?;
+        }
         let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
         let inner = Rc::new(Inner {
             engine,
             storage,
+            custody,
             auto_sync: opts.auto_sync.unwrap_or(true),
             interval_ms,
+            visible: Cell::new(true),
             closed: Cell::new(false),
             write_sync_scheduled: Cell::new(false),
             callbacks: RefCell::new(Vec::new()),
@@ -190,7 +267,8 @@ impl WebEngine {
             let poller = inner.clone();
             wasm_bindgen_futures::spawn_local(async move {
                 loop {
-                    sleep(poller.interval_ms).await;
+                    let factor = if poller.visible.get() { 1 } else { HIDDEN_POLL_FACTOR };
+                    sleep(poller.interval_ms.saturating_mul(factor)).await;
                     if poller.closed.get() {
                         break;
                     }
@@ -199,6 +277,13 @@ impl WebEngine {
             });
         }
         Ok(WebEngine { inner })
+    }
+
+    /// Whether any tab of the app is visible: hidden, automatic polls are
+    /// [`HIDDEN_POLL_FACTOR`] times rarer.
+    #[wasm_bindgen(js_name = setVisible)]
+    pub fn set_visible(&self, visible: bool) {
+        self.inner.visible.set(visible);
     }
 
     fn after_write(&self) {
@@ -340,40 +425,54 @@ impl WebEngine {
         Ok(serde_to_js(&self.inner.engine.relay_statuses().await.map_err(err)?))
     }
 
-    /// Adds a relay (backfilled on its first pass).
+    /// Adds a relay (backfilled on its first pass). At most once per `requestId`.
     #[wasm_bindgen(js_name = addRelay)]
-    pub fn add_relay(&self, url: String) -> Result<(), JsValue> {
-        self.inner.engine.add_relay(&url).map_err(err)?;
+    pub fn add_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
+        let e = &self.inner.engine;
+        e.once(request_id.as_deref(), || e.add_relay(&url)).map_err(err)?;
         self.after_write();
         Ok(())
     }
 
-    /// Removes a relay and what this device knew about it.
+    /// Removes a relay and what this device knew about it. At most once per `requestId`.
     #[wasm_bindgen(js_name = removeRelay)]
-    pub fn remove_relay(&self, url: String) -> Result<(), JsValue> {
-        self.inner.engine.remove_relay(&url).map_err(err)
+    pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
+        let e = &self.inner.engine;
+        e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)
     }
 
-    /// Hard-deletes every soft-deleted row; returns the count.
+    /// Hard-deletes every soft-deleted row; returns the count. At most once per `requestId`.
     #[wasm_bindgen(js_name = purgeDeleted)]
-    pub fn purge_deleted(&self) -> Result<u32, JsValue> {
-        let n = self.inner.engine.purge_deleted().map_err(err)?;
+    pub fn purge_deleted(&self, request_id: Option<String>) -> Result<u32, JsValue> {
+        let e = &self.inner.engine;
+        let n = e.once(request_id.as_deref(), || e.purge_deleted()).map_err(err)?;
         self.after_write();
         Ok(n as u32)
     }
 
-    /// Hard-deletes the given rows; returns the count.
+    /// Hard-deletes the given rows; returns the count. At most once per `requestId`.
     #[wasm_bindgen(js_name = purgeRows)]
-    pub fn purge_rows(&self, table: String, ids: Vec<String>) -> Result<u32, JsValue> {
-        let n = self.inner.engine.purge_rows(&table, &ids).map_err(err)?;
+    pub fn purge_rows(&self, table: String, ids: Vec<String>, request_id: Option<String>) -> Result<u32, JsValue> {
+        let e = &self.inner.engine;
+        let n = e.once(request_id.as_deref(), || e.purge_rows(&table, &ids)).map_err(err)?;
         self.after_write();
         Ok(n as u32)
     }
 
-    /// Stores bytes as an encrypted blob; returns its manifest.
+    /// Stores bytes as an encrypted blob; returns its manifest. At most once per `requestId`.
     #[wasm_bindgen(js_name = putBlob)]
-    pub fn put_blob(&self, bytes: Uint8Array, mime_type: String, chunk_size: Option<u32>) -> Result<JsValue, JsValue> {
-        let m = self.inner.engine.put_blob(&bytes.to_vec(), &mime_type, chunk_size.map(|c| c as usize)).map_err(err)?;
+    pub fn put_blob(
+        &self,
+        bytes: Uint8Array,
+        mime_type: String,
+        chunk_size: Option<u32>,
+        request_id: Option<String>,
+    ) -> Result<JsValue, JsValue> {
+        let e = &self.inner.engine;
+        let data = bytes.to_vec();
+        let m = e
+            .once(request_id.as_deref(), || e.put_blob(&data, &mime_type, chunk_size.map(|c| c as usize)))
+            .map_err(err)?;
         self.after_write();
         Ok(serde_to_js(&m))
     }
@@ -405,15 +504,37 @@ impl WebEngine {
     }
 
     /// Moves everything to a new secret and pushes it; the old owner stays open until
-    /// `confirmRekey()` (call it once the new secret is stored).
-    pub async fn rekey(&self, new_secret: String) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.inner.engine.rekey(&new_secret).await.map_err(err)?))
+    /// `confirmRekey()`. With key custody the new secret is stored (sealed) in the same
+    /// transaction as the switch. At most once per `requestId`.
+    pub async fn rekey(&self, new_secret: String, request_id: Option<String>) -> Result<JsValue, JsValue> {
+        let e = &self.inner.engine;
+        let wrapped = match &self.inner.custody {
+            Some(c) => {
+                let parsed = crate::protocol::Secret::parse(&new_secret).map_err(|x| err(x.into()))?;
+                Some(c.wrap(parsed.expose()).await?)
+            }
+            None => None,
+        };
+        let report = e
+            .once_async(
+                request_id.as_deref(),
+                || e.rekey_storing(&new_secret, wrapped.as_deref()),
+                || e.sync(SyncTrigger::Manual),
+            )
+            .await
+            .map_err(err)?;
+        Ok(serde_to_js(&report))
     }
 
-    /// Finishes a re-key: closes the old owner on every relay.
+    /// Finishes a re-key: closes the old owner on every relay. At most once per `requestId`.
     #[wasm_bindgen(js_name = confirmRekey)]
-    pub async fn confirm_rekey(&self) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.inner.engine.confirm_rekey().await.map_err(err)?))
+    pub async fn confirm_rekey(&self, request_id: Option<String>) -> Result<JsValue, JsValue> {
+        let e = &self.inner.engine;
+        let report = e
+            .once_async(request_id.as_deref(), || e.confirm_rekey(), || e.sync(SyncTrigger::Manual))
+            .await
+            .map_err(err)?;
+        Ok(serde_to_js(&report))
     }
 
     /// The owner id a re-key waiting for `confirmRekey()` moved to, or `null`.
@@ -422,18 +543,22 @@ impl WebEngine {
         Ok(self.inner.engine.pending_rekey().map_err(err)?.map_or(JsValue::NULL, |o| JsValue::from_str(&o)))
     }
 
-    /// Puts items relays refused on their own back in line; returns how many.
+    /// Puts items relays refused on their own back in line; returns how many. At most once
+    /// per `requestId`.
     #[wasm_bindgen(js_name = retrySetAside)]
-    pub fn retry_set_aside(&self) -> Result<u32, JsValue> {
-        let n = self.inner.engine.retry_set_aside().map_err(err)?;
+    pub fn retry_set_aside(&self, request_id: Option<String>) -> Result<u32, JsValue> {
+        let e = &self.inner.engine;
+        let n = e.once(request_id.as_deref(), || e.retry_set_aside()).map_err(err)?;
         self.after_write();
         Ok(n as u32)
     }
 
-    /// Re-processes quarantined events; returns how many were released.
+    /// Re-processes quarantined events; returns how many were released. At most once per
+    /// `requestId`.
     #[wasm_bindgen(js_name = retryQuarantined)]
-    pub fn retry_quarantined(&self) -> Result<u32, JsValue> {
-        Ok(self.inner.engine.retry_quarantined().map_err(err)? as u32)
+    pub fn retry_quarantined(&self, request_id: Option<String>) -> Result<u32, JsValue> {
+        let e = &self.inner.engine;
+        Ok(e.once(request_id.as_deref(), || e.retry_quarantined()).map_err(err)? as u32)
     }
 
     /// Quarantined events (`{eventId, relay, reason, detail, at}`).
@@ -485,6 +610,19 @@ impl WebEngine {
     pub fn close(&self) {
         self.inner.closed.set(true);
     }
+
+    /// The secret as stored (sealed by key custody), if any; for tests of the custody.
+    #[wasm_bindgen(js_name = storedWrappedSecret)]
+    pub fn stored_wrapped_secret(&self) -> Result<Option<String>, JsValue> {
+        self.inner.engine.wrapped_secret().map_err(err)
+    }
+}
+
+/// Deletes the files of database `dbName` (OPFS pool of this worker). Close and free the
+/// engine first.
+#[wasm_bindgen(js_name = wipeDatabase)]
+pub fn wipe_database(db_name: String) -> Result<(), JsValue> {
+    crate::store::opfs::wipe_database(&db_name).map_err(|e| js_error("STORAGE", &e.to_string()))
 }
 
 fn held_to_js(held: &[crate::store::inbox::HeldEvent]) -> JsValue {

@@ -23,7 +23,8 @@ extern "C" {
 
 }
 
-fn js_message(e: &JsValue) -> String {
+/// The message of a JavaScript error value.
+pub(crate) fn js_message(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
         .or_else(|| e.as_string())

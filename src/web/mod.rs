@@ -10,4 +10,5 @@ pub mod convert;
 pub mod engine;
 mod errors;
 pub mod io;
+mod panic;
 mod protocol_api;

@@ -127,6 +127,7 @@ test('two tabs of one origin share the engine with no lost or duplicated writes,
     window.lateIssued = 0;
     for (let i = 0; i < 40; i++) {
       done.push(window.engine.insert('todos', { id: `late-${i}`, title: `late ${i}` }));
+      if (i % 4 === 0) done.push(window.engine.putBlob(new Uint8Array([i]), { mimeType: 'text/plain' }));
       window.lateIssued = i + 1;
       await new Promise((r) => setTimeout(r, 5));
     }
@@ -136,14 +137,15 @@ test('two tabs of one origin share the engine with no lost or duplicated writes,
   await eventually(() => tab2.evaluate(() => (window.lateIssued ?? 0) >= 8), 10000, 'writes under way');
   await tab1.close();
   const statuses = await inFlight;
-  assert.deepEqual(statuses, Array(40).fill('fulfilled'));
+  assert.deepEqual(statuses, Array(50).fill('fulfilled'));
   assert.equal(await tab2.evaluate(() => window.engine.role), 'leader');
   const counts = await tab2.evaluate(async () => {
     const [rows] = await window.engine.query("SELECT count(*) AS n FROM todos");
+    const [blobs] = await window.engine.query("SELECT count(*) AS n FROM blob");
     const [events] = await window.engine.query("SELECT count(*) AS n FROM _sync_outbox");
-    return { rows: rows.n, events: events.n };
+    return { rows: rows.n, blobs: blobs.n, events: events.n };
   });
-  assert.deepEqual(counts, { rows: 90, events: 90 }, 'every write once: one row and one event each');
+  assert.deepEqual(counts, { rows: 90, blobs: 10, events: 100 }, 'every write once: one row (or blob) and one event each');
   await context.close();
 });
 

@@ -51,8 +51,7 @@ async fn connection(name: &str) -> rusqlite::Connection {
 
 #[cfg(target_arch = "wasm32")]
 async fn connection(name: &str) -> rusqlite::Connection {
-    simplysync::store::opfs::install_opfs("simplysync-conformance").await.unwrap();
-    simplysync::store::opfs::open_opfs(name).await.unwrap()
+    simplysync::store::opfs::open_database(name).await.unwrap()
 }
 
 pub struct Device {

@@ -364,3 +364,36 @@ mod rekey {
         assert!(all.contains(&s.old_owner), "the close of the old owner is queued");
     }
 }
+
+#[tokio::test]
+async fn a_re_sent_mutating_call_with_the_same_request_id_takes_effect_once() {
+    let relay = TestRelay::start();
+    let other = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    let e = &d.engine;
+    let m1 = e.once(Some("tab:1"), || e.put_blob(b"picture", "image/png", None)).unwrap();
+    let m2 = e.once(Some("tab:1"), || e.put_blob(b"picture", "image/png", None)).unwrap();
+    assert_eq!(m1, m2, "the repeat returns the first call's manifest");
+    assert_eq!(d.count("blob"), 1, "one blob, not two");
+    e.insert("todos", todo("a", "x")).unwrap();
+    e.delete("todos", "a").unwrap();
+    assert_eq!(e.once(Some("tab:2"), || e.purge_deleted()).unwrap(), 1);
+    e.insert("todos", todo("a", "again")).unwrap();
+    e.delete("todos", "a").unwrap();
+    assert_eq!(e.once(Some("tab:2"), || e.purge_deleted()).unwrap(), 1, "the recorded count");
+    assert_eq!(d.todos().len(), 1, "the second purge did not run");
+    e.once(Some("tab:3"), || e.add_relay(&other.url)).unwrap();
+    e.once(Some("tab:3"), || e.add_relay(&other.url)).unwrap();
+    assert_eq!(e.relay_urls().len(), 2);
+    // A call that failed is not recorded: it may be re-sent and run.
+    assert!(e.once(Some("tab:4"), || e.remove_relay("http://127.0.0.1:1")).is_err());
+    e.once(Some("tab:4"), || e.remove_relay(&other.url)).unwrap();
+    assert_eq!(e.relay_urls().len(), 1);
+    let (first, second) = (phrase(), phrase());
+    let r = e.once_async(Some("tab:5"), || e.rekey(&first), || e.sync(SyncTrigger::Manual)).await.unwrap();
+    assert!(r.relays[0].error.is_none());
+    let owner = e.owner_id();
+    e.once_async(Some("tab:5"), || e.rekey(&second), || e.sync(SyncTrigger::Manual)).await.unwrap();
+    assert_eq!(e.owner_id(), owner, "a re-sent re-key does not re-key again");
+    assert_eq!(e.once(Some(""), || Ok(1)).unwrap_err().code(), "INVALID_QUERY");
+}

@@ -1,0 +1,209 @@
+// The Engine object an app holds: a thin facade over the hub (hub.js), which runs each call in
+// this tab's worker or forwards it to the tab that runs the engine.
+import { invalid } from './errors.js';
+import { toBytes } from './protocol.js';
+
+/** A SimplySync engine. Create one with {@link createEngine}. */
+export class Engine {
+  #hub;
+  #onFocus = null;
+  #onOnline = null;
+  #blobUrls = new Set();
+
+  constructor(hub) {
+    this.#hub = hub;
+    if (typeof window !== 'undefined' && hub.autoSync) {
+      this.#onFocus = () => hub.call('notify', ['focus']).catch(() => {});
+      this.#onOnline = () => hub.call('notify', ['online']).catch(() => {});
+      window.addEventListener('focus', this.#onFocus);
+      window.addEventListener('online', this.#onOnline);
+    }
+  }
+
+  get ownerId() {
+    return this.#hub.info?.ownerId;
+  }
+
+  get deviceId() {
+    return this.#hub.info?.deviceId;
+  }
+
+  get role() {
+    return this.#hub.role;
+  }
+
+  async #write(ops) {
+    if (!Array.isArray(ops)) throw invalid('transaction() takes an array of operations');
+    return this.#hub.call('transaction', [ops]);
+  }
+
+  async insert(table, row) {
+    return (await this.#write([{ op: 'insert', table, row }]))[0];
+  }
+
+  async update(table, id, patch) {
+    return (await this.#write([{ op: 'update', table, id, patch }]))[0];
+  }
+
+  async upsert(table, row) {
+    return (await this.#write([{ op: 'upsert', table, row }]))[0];
+  }
+
+  async delete(table, id) {
+    return (await this.#write([{ op: 'delete', table, id }]))[0];
+  }
+
+  transaction(ops) {
+    return this.#write(ops);
+  }
+
+  get(table, id) {
+    return this.#hub.call('get', [table, id]);
+  }
+
+  list(table, options = {}) {
+    return this.#hub.call('list', [table, options]);
+  }
+
+  query(sql, params = []) {
+    return this.#hub.call('query', [sql, params]);
+  }
+
+  subscribe(tables, callback) {
+    const set = tables ? new Set(Array.isArray(tables) ? tables : [tables]) : null;
+    return this.#hub.on('change', (event) => {
+      if (!set) return callback(event);
+      const rows = event.rows.filter((r) => set.has(r.table));
+      if (rows.length) callback({ ...event, tables: event.tables.filter((t) => set.has(t)), rows });
+    });
+  }
+
+  sync() {
+    return this.#hub.call('sync');
+  }
+
+  getRelayStatuses() {
+    return this.#hub.call('relayStatuses');
+  }
+
+  onStatus(callback) {
+    return this.#hub.on('status', callback);
+  }
+
+  onProgress(callback) {
+    return this.#hub.on('progress', callback);
+  }
+
+  onClose(callback) {
+    return this.#hub.on('closed', callback);
+  }
+
+  addRelay(url) {
+    return this.#hub.call('addRelay', [url]);
+  }
+
+  removeRelay(url) {
+    return this.#hub.call('removeRelay', [url]);
+  }
+
+  purgeDeleted() {
+    return this.#hub.call('purgeDeleted');
+  }
+
+  purgeRows(table, ids) {
+    return this.#hub.call('purgeRows', [table, ids]);
+  }
+
+  async putBlob(data, { mimeType, chunkSize } = {}) {
+    let bytes = data;
+    let type = mimeType;
+    if (typeof Blob !== 'undefined' && data instanceof Blob) {
+      type ??= data.type;
+      bytes = new Uint8Array(await data.arrayBuffer());
+    }
+    return this.#hub.call('putBlob', [toBytes(bytes), String(type || 'application/octet-stream'), chunkSize]);
+  }
+
+  getBlob(blobId) {
+    return this.#hub.call('getBlob', [blobId]);
+  }
+
+  getBlobChunk(blobId, index) {
+    return this.#hub.call('getBlobChunk', [blobId, index]);
+  }
+
+  getBlobManifest(blobId) {
+    return this.#hub.call('blobManifest', [blobId]);
+  }
+
+  async getBlobUrl(blobId) {
+    const [manifest, bytes] = await Promise.all([this.getBlobManifest(blobId), this.getBlob(blobId)]);
+    const url = URL.createObjectURL(new Blob([bytes], { type: manifest.mimeType }));
+    this.#blobUrls.add(url);
+    return url;
+  }
+
+  revokeBlobUrl(url) {
+    if (!this.#blobUrls.delete(url)) return false;
+    URL.revokeObjectURL(url);
+    return true;
+  }
+
+  showRecoveryPhrase() {
+    return this.#hub.call('recoveryPhrase');
+  }
+
+  rekey(newSecret) {
+    return this.#hub.call('rekey', [newSecret]);
+  }
+
+  confirmRekey() {
+    return this.#hub.call('confirmRekey');
+  }
+
+  pendingRekey() {
+    return this.#hub.call('pendingRekey');
+  }
+
+  retrySetAside() {
+    return this.#hub.call('retrySetAside');
+  }
+
+  retryQuarantined() {
+    return this.#hub.call('retryQuarantined');
+  }
+
+  quarantined() {
+    return this.#hub.call('quarantined');
+  }
+
+  deferred() {
+    return this.#hub.call('deferred');
+  }
+
+  async storage() {
+    const info = await this.#hub.call('info');
+    return info.storage;
+  }
+
+  /** Logs out on this device: closes the engine and deletes its database and stored secret. */
+  async resetLocalData() {
+    try {
+      await this.#hub.call('reset');
+    } catch (e) {
+      if (e.code !== 'CLOSED') throw e; // the leader closed every tab, this one included
+    }
+    await this.close();
+  }
+
+  async close() {
+    if (this.#onFocus) {
+      window.removeEventListener('focus', this.#onFocus);
+      window.removeEventListener('online', this.#onOnline);
+      this.#onFocus = null;
+    }
+    for (const url of this.#blobUrls) URL.revokeObjectURL(url);
+    this.#blobUrls.clear();
+    await this.#hub.close();
+  }
+}

@@ -1,0 +1,435 @@
+// The tabs of one app share one engine per database. One tab — the leader, elected with Web
+// Locks — runs the engine in a dedicated worker (OPFS's sync access handles exist only there,
+// and each database's file pool is exclusive). The other tabs are followers: they send their
+// calls to the leader and receive its change, status and progress events.
+//
+// Messages between tabs travel on BroadcastChannels named after the database:
+//   simplysync:<db>              presence (hello, leader, bye), events, visibility, closed
+//   simplysync:<db>:tab:<tabId>  what is meant for one tab only: calls to the leader, results
+// The secret never crosses tabs: a follower never receives it, and the calls that reveal or
+// change it (showRecoveryPhrase, rekey, confirmRekey) answer LEADER_ONLY in a follower.
+//
+// Every call settles: it has a deadline (TIMEOUT), close() rejects it (CLOSED), a worker that
+// fails or traps rejects what it was running (WORKER / PANIC) and is restarted. When the leader
+// goes away, calls it did not answer are re-sent to the next leader — only those, and only to a
+// new leader; mutating calls carry a request id the engine records with their effect, so a
+// re-sent call never applies twice.
+import { Calls } from './calls.js';
+import { SimplySyncError, closedError, revive, toWire } from './errors.js';
+
+/** Calls that change data: they carry a request id (their call id). */
+export const MUTATING = new Set([
+  'transaction', 'putBlob', 'purgeDeleted', 'purgeRows', 'addRelay', 'removeRelay', 'retryQuarantined',
+  'retrySetAside', 'rekey', 'confirmRekey',
+]);
+/** Calls that reveal or change the secret: answered only in the tab that runs the engine. */
+export const LEADER_ONLY = new Set(['recoveryPhrase', 'rekey', 'confirmRekey']);
+/** Calls that may take long (network, restores): they get the long deadline. */
+const LONG = new Set(['sync', 'rekey', 'confirmRekey', 'getBlob', 'getBlobChunk', 'relayStatuses', 'reset']);
+/** Errors a new attempt to open will not fix. */
+const PERMANENT = new Set([
+  'OWNER_MISMATCH', 'SCHEMA_INVALID', 'INVALID_ARGUMENT', 'NO_SECRET', 'SECRET_LOST', 'INVALID_RELAY',
+  'SECRET_EMPTY', 'SECRET_WORD_COUNT', 'SECRET_UNKNOWN_WORD', 'SECRET_CHECKSUM', 'SECRET_INVALID_KEY',
+  'SECRET_INVALID_PHRASE',
+]);
+
+const randomId = () =>
+  globalThis.crypto?.randomUUID?.() ?? `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
+
+/** JSON with sorted keys, to compare schemas. */
+export function stableJson(v) {
+  if (Array.isArray(v)) return `[${v.map(stableJson).join(',')}]`;
+  if (v && typeof v === 'object') {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stableJson(v[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(v ?? null);
+}
+
+/** Asks the browser to keep the site's storage (never waits long: Firefox may never answer). */
+async function persistStorage() {
+  const persist = globalThis.navigator?.storage?.persist;
+  if (typeof persist !== 'function') return 'unsupported';
+  const timeout = new Promise((resolve) => setTimeout(() => resolve('unanswered'), 3000));
+  try {
+    return await Promise.race([navigator.storage.persist().then((granted) => (granted ? 'granted' : 'denied')), timeout]);
+  } catch {
+    return 'denied';
+  }
+}
+
+export class Hub {
+  #secret;
+  #options;
+  #calls;
+  #workerCalls = new Map(); // worker-call id -> {resolve, reject}
+  #listeners = { change: new Set(), status: new Set(), progress: new Set(), owner: new Set(), closed: new Set() };
+  #shared = null;
+  #inbox = null;
+  #outboxes = new Map();
+  #worker = null;
+  #releaseLock = null;
+  #visible = new Map(); // tab id -> visible (leader only)
+  #everReady = false;
+  #electionDelay = 0;
+  #restarts = 0;
+  #markReady;
+  #failReady;
+
+  constructor(secret, options) {
+    this.#secret = secret;
+    this.#options = options;
+    this.tabId = randomId();
+    this.lockName = `simplysync:${options.dbName}`;
+    this.#calls = new Calls(this.tabId);
+    this.role = 'starting';
+    this.leaderId = null;
+    this.info = null;
+    this.closed = false;
+    this.ready = new Promise((resolve, reject) => {
+      this.#markReady = resolve;
+      this.#failReady = reject;
+    });
+    this.ready.catch(() => {});
+    const multiTab = typeof BroadcastChannel === 'function' && globalThis.navigator?.locks;
+    if (multiTab) {
+      this.#shared = new BroadcastChannel(this.lockName);
+      this.#shared.onmessage = (e) => this.#onShared(e.data);
+      this.#inbox = new BroadcastChannel(`${this.lockName}:tab:${this.tabId}`);
+      this.#inbox.onmessage = (e) => this.#onInbox(e.data);
+      this.#elect();
+      this.#shared.postMessage({ type: 'hello', from: this.tabId });
+    } else {
+      // No Web Locks or BroadcastChannel: this tab runs the engine itself (one tab per database).
+      this.#lead();
+    }
+    this.#watchVisibility();
+    setTimeout(() => this.#failReady(new SimplySyncError(`no engine for ${options.dbName} within ${options.openTimeoutMs} ms`, 'TIMEOUT')), options.openTimeoutMs);
+  }
+
+  // ---- election ------------------------------------------------------------------------
+
+  #elect() {
+    navigator.locks.request(this.lockName, () => this.#lead()).catch((e) => this.#failReady(revive(e)));
+  }
+
+  async #lead() {
+    if (this.closed) return;
+    try {
+      await this.#startEngine();
+    } catch (e) {
+      const err = revive(e);
+      this.#stopWorker();
+      if (!this.#everReady || PERMANENT.has(err.code)) {
+        this.#failReady(err);
+        if (!this.#everReady) queueMicrotask(() => this.close());
+        return; // releases the lock: another tab may lead
+      }
+      // A takeover that failed for a reason that may pass: let another tab try, then try again.
+      this.#electionDelay = Math.min(30000, Math.max(1000, this.#electionDelay * 2));
+      setTimeout(() => !this.closed && this.#elect(), this.#electionDelay);
+      return;
+    }
+    this.#electionDelay = 0;
+    this.role = 'leader';
+    this.leaderId = this.tabId;
+    this.#shared?.postMessage({ type: 'leader', from: this.tabId });
+    this.#ready();
+    this.#applyVisibility();
+    // Calls this tab had sent to a previous leader that never answered: run them here.
+    for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
+    // Hold the lock (and the database) until this tab closes or the engine is closed.
+    await new Promise((resolve) => (this.#releaseLock = resolve));
+  }
+
+  #ready() {
+    this.#everReady = true;
+    this.#markReady();
+  }
+
+  /** Starts the worker and opens the engine in it. */
+  async #startEngine() {
+    this.#worker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'simplysync' });
+    this.#worker.onmessage = (e) => this.#onWorker(e.data);
+    this.#worker.onerror = (e) => {
+      e.preventDefault?.();
+      this.#workerFailed(new SimplySyncError(`the engine worker failed: ${e.message ?? 'unknown error'}`, 'WORKER'));
+    };
+    this.#worker.onmessageerror = () => this.#workerFailed(new SimplySyncError('the engine worker sent an unreadable message', 'WORKER'));
+    // This tab's first open uses the app's secret (if it gave one). A takeover or a restart
+    // opens with the secret stored in the database — after a re-key that is the new one —
+    // and falls back to the app's secret where nothing is stored (memory storage).
+    let info;
+    const secret = this.#everReady ? undefined : this.#secret;
+    try {
+      info = await this.#toWorker('open', [secret, this.#options]);
+    } catch (e) {
+      if (revive(e).code !== 'NO_SECRET' || secret !== undefined || this.#secret === undefined) throw e;
+      info = await this.#toWorker('open', [this.#secret, this.#options]);
+    }
+    if (info.storage.durable) info.storage.persisted = await persistStorage();
+    this.info = info;
+    this.#emit('owner', info.ownerId);
+  }
+
+  #stopWorker() {
+    this.#worker?.terminate();
+    this.#worker = null;
+    const err = new SimplySyncError('the engine worker stopped', 'WORKER');
+    for (const call of this.#workerCalls.values()) call.reject(err);
+    this.#workerCalls.clear();
+  }
+
+  /** The worker failed or trapped: reject what it was running, and start a fresh one. */
+  #workerFailed(error) {
+    if (this.closed || !this.#worker) return;
+    for (const call of this.#workerCalls.values()) call.reject(error);
+    this.#workerCalls.clear();
+    this.#stopWorker();
+    if (this.role !== 'leader') return;
+    if (this.#restarts >= 5) {
+      this.#closeLocally(new SimplySyncError(`the engine could not be restarted: ${error.message}`, error.code));
+      return;
+    }
+    const delay = Math.min(30000, 500 * 2 ** this.#restarts++);
+    setTimeout(async () => {
+      if (this.closed) return;
+      try {
+        await this.#startEngine();
+        this.#restarts = 0;
+        this.#applyVisibility();
+        for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
+      } catch (e) {
+        if (!this.#worker) this.#worker = { terminate() {} }; // let the next failure count
+        this.#workerFailed(revive(e));
+      }
+    }, delay);
+  }
+
+  #toWorker(method, args, requestId) {
+    if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
+    const id = randomId();
+    return new Promise((resolve, reject) => {
+      this.#workerCalls.set(id, { resolve, reject });
+      this.#worker.postMessage({ id, method, args, requestId });
+    });
+  }
+
+  #onWorker(msg) {
+    if (msg.event) {
+      if (msg.event === 'owner' && this.info) this.info.ownerId = msg.data;
+      this.#emit(msg.event, msg.data);
+      this.#shared?.postMessage({ type: 'event', event: msg.event, data: msg.data });
+      return;
+    }
+    const call = this.#workerCalls.get(msg.id);
+    if (!call) return;
+    this.#workerCalls.delete(msg.id);
+    if (msg.ok) call.resolve(msg.value);
+    else call.reject(revive(msg.error));
+    if (msg.fatal) this.#workerFailed(revive(msg.error));
+  }
+
+  // ---- messages between tabs -------------------------------------------------------------
+
+  #send(tabId, msg) {
+    let channel = this.#outboxes.get(tabId);
+    if (!channel) {
+      channel = new BroadcastChannel(`${this.lockName}:tab:${tabId}`);
+      this.#outboxes.set(tabId, channel);
+    }
+    channel.postMessage(msg);
+  }
+
+  #onShared(msg) {
+    if (this.closed) return;
+    switch (msg.type) {
+      case 'hello':
+        if (this.role === 'leader') this.#shared.postMessage({ type: 'leader', from: this.tabId });
+        break;
+      case 'leader':
+        if (msg.from === this.tabId) break;
+        this.leaderId = msg.from;
+        if (this.role !== 'leader') {
+          this.role = 'follower';
+          if (!this.#everReady) this.#join();
+          this.#shared.postMessage({ type: 'visibility', from: this.tabId, visible: this.#isVisible() });
+          // Calls the previous leader did not answer go to the new one (once each).
+          for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
+        }
+        break;
+      case 'bye':
+        this.#visible.delete(msg.from);
+        this.#outboxes.get(msg.from)?.close();
+        this.#outboxes.delete(msg.from);
+        if (msg.from === this.leaderId) this.leaderId = null; // the next leader announces itself
+        if (this.role === 'leader') this.#applyVisibility();
+        break;
+      case 'visibility':
+        if (this.role === 'leader') {
+          this.#visible.set(msg.from, msg.visible);
+          this.#applyVisibility();
+        }
+        break;
+      case 'event':
+        if (this.role !== 'leader') {
+          if (msg.event === 'owner' && this.info) this.info.ownerId = msg.data;
+          this.#emit(msg.event, msg.data);
+        }
+        break;
+      case 'closed':
+        this.#closeLocally(closedError(msg.reason));
+        break;
+    }
+  }
+
+  /** A follower joins: it learns the engine's facts from the leader and checks its schema. */
+  async #join() {
+    try {
+      const info = await this.call('info');
+      if (stableJson(info.schema) !== stableJson(this.#options.schema)) {
+        throw new SimplySyncError(
+          `another tab runs ${this.#options.dbName} with a different schema; reload that tab (a tab with the newer schema takes over when it closes)`,
+          'SCHEMA_MISMATCH',
+        );
+      }
+      this.info = info;
+      this.#ready();
+    } catch (e) {
+      // This tab gives up (and leaves the election, so another tab can take over).
+      this.#failReady(revive(e));
+      queueMicrotask(() => this.close());
+    }
+  }
+
+  #onInbox(msg) {
+    if (this.closed) return;
+    if (msg.type === 'call') {
+      if (this.role !== 'leader') return; // sent to a tab that no longer leads: the caller re-sends
+      if (LEADER_ONLY.has(msg.method)) {
+        const error = toWire(new SimplySyncError(`${msg.method} is answered only in the tab that runs the engine`, 'LEADER_ONLY'));
+        this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error });
+        return;
+      }
+      this.#run(msg.method, msg.args, msg.requestId).then(
+        (value) => this.#send(msg.from, { type: 'result', id: msg.id, ok: true, value }),
+        (e) => this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error: toWire(e) }),
+      );
+    } else if (msg.type === 'result') {
+      this.#calls.settle(msg.id, msg.ok, msg.ok ? msg.value : msg.error);
+    }
+  }
+
+  // ---- calls -------------------------------------------------------------------------------
+
+  /** Runs a call on this tab's worker (leader only). */
+  async #run(method, args, requestId) {
+    if (method === 'info') return this.info;
+    const value = await this.#toWorker(method, args, requestId);
+    if (method === 'reset') this.#afterReset();
+    return value;
+  }
+
+  #dispatch(id) {
+    const call = this.#calls.get(id);
+    if (!call) return;
+    if (this.role === 'leader') {
+      if (call.sentTo === this.tabId) return;
+      call.sentTo = this.tabId;
+      this.#run(call.method, call.args, call.requestId).then(
+        (v) => this.#calls.settle(id, true, v),
+        (e) => this.#calls.settle(id, false, e),
+      );
+    } else if (this.leaderId && call.sentTo !== this.leaderId) {
+      call.sentTo = this.leaderId;
+      const { method, args, requestId } = call;
+      this.#send(this.leaderId, { type: 'call', id, from: this.tabId, method, args, requestId });
+    }
+  }
+
+  /** Calls the engine (here or in the leader tab). */
+  call(method, args = []) {
+    if (this.closed) return Promise.reject(closedError());
+    if (LEADER_ONLY.has(method) && this.role === 'follower') {
+      return Promise.reject(new SimplySyncError(`${method} is answered only in the tab that runs the engine (this tab follows it)`, 'LEADER_ONLY'));
+    }
+    const id = this.#calls.nextId();
+    const requestId = MUTATING.has(method) ? id : undefined;
+    const timeoutMs = LONG.has(method) ? this.#options.longCallTimeoutMs : this.#options.callTimeoutMs;
+    const promise = this.#calls.add(id, { method, args, requestId }, timeoutMs);
+    this.#dispatch(id);
+    return promise;
+  }
+
+  // ---- events, visibility ------------------------------------------------------------------
+
+  on(event, fn) {
+    this.#listeners[event].add(fn);
+    return () => this.#listeners[event].delete(fn);
+  }
+
+  #emit(event, data) {
+    for (const fn of this.#listeners[event] ?? []) {
+      try {
+        fn(data);
+      } catch (e) {
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    }
+  }
+
+  #isVisible() {
+    return typeof document === 'undefined' || document.visibilityState !== 'hidden';
+  }
+
+  #watchVisibility() {
+    if (typeof document === 'undefined') return;
+    this.onVisibility = () => {
+      if (this.role === 'leader') this.#applyVisibility();
+      else this.#shared?.postMessage({ type: 'visibility', from: this.tabId, visible: this.#isVisible() });
+    };
+    document.addEventListener('visibilitychange', this.onVisibility);
+  }
+
+  /** Leader: polls slow down while no tab of the app is visible. */
+  #applyVisibility() {
+    if (this.role !== 'leader' || !this.#worker) return;
+    const visible = this.#isVisible() || [...this.#visible.values()].some(Boolean);
+    this.#toWorker('setVisible', [visible]).catch(() => {});
+  }
+
+  // ---- closing ---------------------------------------------------------------------------
+
+  #afterReset() {
+    this.#shared?.postMessage({ type: 'closed', reason: 'the local data of this database was deleted (resetLocalData)' });
+    queueMicrotask(() => this.#closeLocally(closedError('the local data of this database was deleted')));
+  }
+
+  #closeLocally(error) {
+    if (this.closed) return;
+    this.closed = true;
+    this.#failReady(error);
+    this.#calls.rejectAll(error);
+    if (this.role === 'leader') {
+      this.#stopWorker();
+      this.#releaseLock?.();
+    }
+    this.#shared?.postMessage({ type: 'bye', from: this.tabId });
+    this.#shared?.close();
+    this.#inbox?.close();
+    for (const c of this.#outboxes.values()) c.close();
+    if (this.onVisibility) document.removeEventListener('visibilitychange', this.onVisibility);
+    this.#emit('closed', error);
+  }
+
+  /** Closes this tab's engine: calls still running reject with CLOSED. */
+  async close() {
+    if (this.closed) return;
+    if (this.role === 'leader' && this.#worker) {
+      const stop = this.#toWorker('close', []).catch(() => {});
+      await Promise.race([stop, new Promise((r) => setTimeout(r, 2000))]);
+    }
+    this.#closeLocally(closedError());
+  }
+}

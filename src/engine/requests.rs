@@ -1,0 +1,98 @@
+//! At-most-once calls. A caller that may re-send a call whose answer it lost (a browser tab
+//! whose leader tab closed mid-call) passes a request id: the id and the call's result are
+//! recorded in the same SQLite transaction as the call's effect, and a repeated id returns the
+//! recorded result without doing anything again. Ids are kept for a day.
+
+use std::future::Future;
+
+use rusqlite::Connection;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::{Engine, EngineError};
+use crate::store::{system, StoreError};
+
+/// How long request ids are remembered.
+pub const REQUEST_TTL_MS: u64 = 24 * 3600 * 1000;
+
+pub(crate) fn validate_request_id(id: &str) -> Result<(), EngineError> {
+    if id.is_empty() || id.len() > 128 {
+        return Err(EngineError::InvalidQuery("requestId must be 1–128 characters".into()));
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// The recorded result of `request_id`, if that request already took effect.
+    pub(crate) fn recorded_request(&self, request_id: &str) -> Result<Option<String>, EngineError> {
+        Ok(system::meta_request(&self.db.borrow(), request_id)?)
+    }
+
+    /// Writes `request_id` and `result` inside `tx` (with the effect), and forgets ids older
+    /// than a day.
+    pub(crate) fn write_request(&self, tx: &Connection, request_id: &str, result: &str) -> Result<(), EngineError> {
+        let now = self.now();
+        tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
+            .execute(rusqlite::params![request_id, result, now as i64])?;
+        tx.prepare_cached("DELETE FROM _sync_requests WHERE at < ?1")?
+            .execute([now.saturating_sub(REQUEST_TTL_MS) as i64])?;
+        Ok(())
+    }
+
+    /// Records the pending request of [`Engine::once`] (if any) with `result`, inside the
+    /// transaction `tx` that makes the call's effect. Every mutation that can run under
+    /// `once` calls this in its (single) write transaction.
+    pub(crate) fn record_request(&self, tx: &Connection, result: &impl Serialize) -> Result<(), EngineError> {
+        let Some(id) = self.request.borrow_mut().take() else { return Ok(()) };
+        let text = serde_json::to_string(result).expect("results serialize");
+        self.write_request(tx, &id, &text)
+    }
+
+    fn replay<T: DeserializeOwned>(&self, id: &str, text: &str) -> Result<T, EngineError> {
+        serde_json::from_str(text).map_err(|e| {
+            StoreError::Corrupt(format!("the recorded result of request {id:?} does not read back: {e}")).into()
+        })
+    }
+
+    /// Runs `f` at most once per `request_id` (see the module docs); without an id, just runs it.
+    pub fn once<T: Serialize + DeserializeOwned>(
+        &self,
+        request_id: Option<&str>,
+        f: impl FnOnce() -> Result<T, EngineError>,
+    ) -> Result<T, EngineError> {
+        let Some(id) = request_id else { return f() };
+        validate_request_id(id)?;
+        if let Some(text) = self.recorded_request(id)? {
+            return self.replay(id, &text);
+        }
+        *self.request.borrow_mut() = Some(id.to_owned());
+        let out = f();
+        self.request.borrow_mut().take();
+        out
+    }
+
+    /// [`Engine::once`] for an asynchronous call. `replay` answers a repeated id (the recorded
+    /// result is that the effect happened; e.g. a re-key's repeated call just syncs again).
+    pub async fn once_async<T, F, Fut, R, RFut>(
+        &self,
+        request_id: Option<&str>,
+        f: F,
+        replay: R,
+    ) -> Result<T, EngineError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, EngineError>>,
+        R: FnOnce() -> RFut,
+        RFut: Future<Output = Result<T, EngineError>>,
+    {
+        let Some(id) = request_id else { return f().await };
+        validate_request_id(id)?;
+        if self.recorded_request(id)?.is_some() {
+            return replay().await;
+        }
+        *self.request.borrow_mut() = Some(id.to_owned());
+        let out = f().await;
+        self.request.borrow_mut().take();
+        out
+    }
+}

@@ -1,0 +1,229 @@
+// The packed package in real Chromium, about what users trust it with: the secret kept by the
+// engine (sealed at rest, never in a follower tab), several tabs and several databases, calls
+// that always settle, and restarts.
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+
+import { buildApp, eventually, launch, openApp, RELAY, SCHEMA, serve } from './harness.mjs';
+
+const STALLED = process.env.SIMPLYSYNC_TEST_STALLED;
+
+let server;
+let browser;
+
+before(async () => {
+  server = await serve(buildApp());
+  browser = await launch();
+});
+
+after(async () => {
+  await browser?.close();
+  await server?.close();
+});
+
+/** Opens an engine in `page` as `window.engine`; resolves to what the page saw, error included. */
+const open = (page, opts) =>
+  page.evaluate(async (o) => {
+    try {
+      window.engine = await window.simplysync.createEngine(o);
+      return { ownerId: window.engine.ownerId, role: window.engine.role, storage: await window.engine.storage() };
+    } catch (e) {
+      return { error: { code: e.code, message: e.message } };
+    }
+  }, opts);
+
+const attempt = (page, fn, arg) =>
+  page.evaluate(
+    async ({ src, arg }) => {
+      try {
+        return { value: await (0, eval)(src)(window.engine, arg) };
+      } catch (e) {
+        return { error: { code: e.code, message: e.message } };
+      }
+    },
+    { src: fn.toString(), arg },
+  );
+
+const phraseIn = (page) => page.evaluate(() => window.simplysync.createMnemonic());
+
+test('the engine keeps the secret, sealed with a non-extractable key: reopening needs no secret, another one changes nothing', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const phrase = await phraseIn(page);
+  const base = { relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'custody.db' };
+  assert.equal(await page.evaluate(() => window.simplysync.hasStoredSecret('custody.db')), false);
+  const none = await open(page, base);
+  assert.equal(none.error.code, 'NO_SECRET', 'nothing stored yet: the app must give a secret');
+  const first = await open(page, { ...base, secret: phrase });
+  assert.equal(first.storage.mode, 'opfs');
+  assert.ok(['granted', 'denied', 'unanswered', 'unsupported'].includes(first.storage.persisted), first.storage.persisted);
+  await attempt(page, (e) => e.insert('todos', { id: 'a', title: 'kept' }));
+  const stored = await attempt(page, async (e) => (await e.query("SELECT value FROM _sync_meta WHERE key = 'wrapped_secret'"))[0].value);
+  assert.ok(stored.value && !stored.value.includes(phrase.split(' ')[0]), 'the stored secret is sealed');
+  await attempt(page, (e) => e.close());
+  assert.equal(await page.evaluate(() => window.simplysync.hasStoredSecret('custody.db')), true);
+
+  // The sealing key is a non-extractable CryptoKey in IndexedDB, and nothing is in localStorage.
+  const key = await page.evaluate(async () => {
+    const db = await new Promise((r) => { const o = indexedDB.open('simplysync-custody'); o.onsuccess = () => r(o.result); });
+    const record = await new Promise((r) => { const q = db.transaction('keys').objectStore('keys').get('custody.db'); q.onsuccess = () => r(q.result); });
+    let exported = true;
+    await crypto.subtle.exportKey('raw', record.key).catch(() => (exported = false));
+    return { extractable: record.key.extractable, exported, localStorage: localStorage.length };
+  });
+  assert.deepEqual(key, { extractable: false, exported: false, localStorage: 0 });
+
+  const again = await open(page, base);
+  assert.equal(again.ownerId, first.ownerId, 'reopened without a secret');
+  assert.deepEqual((await attempt(page, (e) => e.list('todos'))).value.map((r) => r.title), ['kept']);
+  assert.equal((await attempt(page, (e) => e.showRecoveryPhrase())).value, phrase);
+  await attempt(page, (e) => e.close());
+
+  const other = await open(page, { ...base, secret: await phraseIn(page) });
+  assert.equal(other.error.code, 'OWNER_MISMATCH');
+  const still = await open(page, base);
+  assert.equal(still.ownerId, first.ownerId, 'the wrong secret changed nothing');
+
+  // Log out on this device: the database and the secret are gone.
+  await attempt(page, (e) => e.resetLocalData());
+  assert.equal(await page.evaluate(() => window.simplysync.hasStoredSecret('custody.db')), false);
+  const fresh = await open(page, { ...base, secret: await phraseIn(page) });
+  assert.notEqual(fresh.ownerId, first.ownerId);
+  assert.deepEqual((await attempt(page, (e) => e.list('todos'))).value, [], 'a fresh, empty database');
+  await context.close();
+});
+
+test('two tabs with different databases work at once', async () => {
+  const context = await browser.newContext();
+  const [a, b] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const phrase = await phraseIn(a);
+  const ia = await open(a, { secret: phrase, relays: [], schema: SCHEMA, autoSync: false, dbName: 'one.db', openTimeoutMs: 8000 });
+  const ib = await open(b, { secret: phrase, relays: [], schema: SCHEMA, autoSync: false, dbName: 'two.db', openTimeoutMs: 8000 });
+  assert.deepEqual([ia.role, ia.storage.mode, ib.role, ib.storage.mode], ['leader', 'opfs', 'leader', 'opfs']);
+  await attempt(a, (e) => e.insert('todos', { id: 'x', title: 'in one' }));
+  await attempt(b, (e) => e.insert('todos', { id: 'y', title: 'in two' }));
+  assert.deepEqual((await attempt(a, (e) => e.list('todos'))).value.map((r) => r.id), ['x']);
+  assert.deepEqual((await attempt(b, (e) => e.list('todos'))).value.map((r) => r.id), ['y']);
+  await context.close();
+});
+
+test('followers never see the secret: LEADER_ONLY, and results go to the asking tab only', async () => {
+  const context = await browser.newContext();
+  const [leader, follower, spy] = [await openApp(context, server.url), await openApp(context, server.url), await openApp(context, server.url)];
+  const phrase = await phraseIn(leader);
+  const opts = { relays: [], schema: SCHEMA, autoSync: false, dbName: 'secret-tabs.db' };
+  await open(leader, { ...opts, secret: phrase });
+  // A third tab listens on the database's shared channel: it must never hear a call or a result.
+  await spy.evaluate(() => {
+    window.heard = [];
+    new BroadcastChannel('simplysync:secret-tabs.db').onmessage = (e) => window.heard.push(e.data);
+  });
+  const joined = await open(follower, opts);
+  assert.equal(joined.role, 'follower', 'a follower joins without the secret');
+  for (const call of [(e) => e.showRecoveryPhrase(), (e, p) => e.rekey(p), (e) => e.confirmRekey()]) {
+    const r = await attempt(follower, call, await phraseIn(follower));
+    assert.equal(r.error?.code, 'LEADER_ONLY', String(call));
+  }
+  await attempt(follower, (e) => e.insert('todos', { id: 'f', title: 'from the follower' }));
+  const blob = await attempt(follower, async (e) => {
+    const m = await e.putBlob(new Uint8Array([1, 2, 3]), { mimeType: 'text/plain' });
+    return Array.from(await e.getBlob(m.blobId));
+  });
+  assert.deepEqual(blob.value, [1, 2, 3]);
+  const leaks = await follower.evaluate((p) => JSON.stringify(window.engine).includes(p) || Object.keys(window.engine).length, phrase);
+  assert.equal(leaks, 0, 'the engine object exposes no fields (the hub and the secret are private)');
+  const heard = await spy.evaluate(() => window.heard.map((m) => m.type));
+  assert.ok(!heard.includes('call') && !heard.includes('result'), `broadcast: ${heard}`);
+  assert.ok(!JSON.stringify(await spy.evaluate(() => window.heard)).includes(phrase));
+  await context.close();
+});
+
+test('a follower with another schema gets SCHEMA_MISMATCH; relays added at run time survive a takeover', async () => {
+  const context = await browser.newContext();
+  const [t1, t2, t3] = [await openApp(context, server.url), await openApp(context, server.url), await openApp(context, server.url)];
+  const phrase = await phraseIn(t1);
+  const opts = { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'schema-tabs.db' };
+  await open(t1, opts);
+  const newer = { ...SCHEMA, schemaVersion: 2, tables: [...SCHEMA.tables, { name: 'notes', columns: [{ name: 'body', type: 'text' }] }] };
+  const mismatch = await open(t2, { ...opts, schema: newer });
+  assert.equal(mismatch.error.code, 'SCHEMA_MISMATCH');
+  assert.equal((await open(t3, opts)).role, 'follower');
+  await attempt(t1, (e) => e.addRelay('http://127.0.0.1:9'));
+  await t1.close();
+  await eventually(() => t3.evaluate(() => window.engine.role === 'leader'), 10000, 'the takeover');
+  const urls = await attempt(t3, async (e) => (await e.getRelayStatuses()).map((s) => s.url));
+  assert.deepEqual(urls.value, [RELAY, 'http://127.0.0.1:9']);
+  await context.close();
+});
+
+test('after a re-key, a takeover opens with the new owner and nothing hangs', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const [old, fresh] = [await phraseIn(t1), await phraseIn(t1)];
+  const opts = { relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'rekey-tabs.db' };
+  await open(t1, { ...opts, secret: old });
+  const follower = await open(t2, opts);
+  await attempt(t1, (e) => e.insert('todos', { id: 'r', title: 'moves along' }));
+  const moved = await attempt(t1, async (e, p) => {
+    await e.rekey(p);
+    return e.ownerId;
+  }, fresh);
+  assert.notEqual(moved.value, follower.ownerId);
+  await eventually(() => t2.evaluate((o) => window.engine.ownerId === o, moved.value), 5000, 'the follower hears the new owner');
+  await t1.close();
+  await eventually(() => t2.evaluate(() => window.engine.role === 'leader'), 10000, 'the takeover');
+  const after = await attempt(t2, async (e) => ({ owner: e.ownerId, rows: (await e.list('todos')).length, pending: await e.pendingRekey() }));
+  assert.deepEqual(after.value, { owner: moved.value, rows: 1, pending: null }, 'the takeover confirmed the re-key');
+  await context.close();
+});
+
+test('every call settles: deadlines, close during a call, and a worker that dies is restarted', async () => {
+  assert.ok(STALLED, 'scripts/test.sh names a stalled listener in SIMPLYSYNC_TEST_STALLED');
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const phrase = await phraseIn(page);
+  await open(page, { secret: phrase, relays: [STALLED], schema: SCHEMA, autoSync: false, dbName: 'settle.db', requestTimeoutMs: 20000, longCallTimeoutMs: 700 });
+  const timedOut = await attempt(page, (e) => e.sync());
+  assert.equal(timedOut.error.code, 'TIMEOUT');
+  const closing = await page.evaluate(async () => {
+    const pending = window.engine.sync().then(() => 'resolved', (e) => e.code);
+    await window.engine.close();
+    return pending;
+  });
+  assert.equal(closing, 'CLOSED');
+  assert.equal((await attempt(page, (e) => e.list('todos'))).error.code, 'CLOSED');
+
+  await open(page, { relays: [], schema: SCHEMA, autoSync: false, dbName: 'settle.db' });
+  await attempt(page, (e) => e.insert('todos', { id: 'before', title: 'x' }));
+  const worker = page.workers().find((w) => w.url().includes('worker'));
+  assert.ok(worker, 'the engine worker');
+  await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
+  await eventually(async () => (await attempt(page, (e) => e.list('todos'))).value?.length === 1, 15000, 'the restarted engine');
+  await attempt(page, (e) => e.insert('todos', { id: 'after', title: 'y' }));
+  assert.deepEqual((await attempt(page, (e) => e.list('todos'))).value.map((r) => r.id), ['after', 'before']);
+  await context.close();
+});
+
+test('a hidden page polls less than a visible one', async () => {
+  const context = await browser.newContext();
+  const [hidden, witness] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const count = (page) =>
+    page.evaluate(() => {
+      window.passes = 0;
+      window.engine.onStatus(() => window.passes++);
+    });
+  const opts = { relays: [RELAY], schema: SCHEMA, syncIntervalMs: 200 };
+  await open(hidden, { ...opts, secret: await phraseIn(hidden), dbName: 'hidden.db' });
+  await hidden.evaluate(() => {
+    Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  await open(witness, { ...opts, secret: await phraseIn(witness), dbName: 'visible.db' });
+  await count(hidden);
+  await count(witness);
+  // Wait on the visible engine's own polls (about five passes), then compare.
+  await eventually(() => witness.evaluate(() => window.passes >= 15), 10000, 'the visible engine polls');
+  const [h, w] = [await hidden.evaluate(() => window.passes), await witness.evaluate(() => window.passes)];
+  assert.ok(h * 2 <= w, `hidden ${h} status events vs visible ${w}`);
+  await context.close();
+});
