@@ -55,9 +55,9 @@ echo "test relay: $SIMPLYSYNC_TEST_RELAY, stalled listener: $SIMPLYSYNC_TEST_STA
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
   wasm-pack test --headless --chrome --mode no-install -- --locked
 
-stage "npm package: build and pack, then a Vite app against the tarball in Chromium"
+stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs)
+(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs bundlers.test.mjs)
 echo "TypeScript: the declarations type a strict app using the whole API"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
 

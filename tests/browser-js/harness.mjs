@@ -1,7 +1,7 @@
 // Shared by the browser tests: build the Vite app against the packed tarball, serve it, and
 // launch Debian's Chromium through playwright-core.
 import { execFileSync } from 'node:child_process';
-import { createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
 import http from 'node:http';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -11,15 +11,43 @@ const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
 export const RELAY = process.env.SIMPLYSYNC_TEST_RELAY ?? 'http://127.0.0.1:18787';
 
-/** Installs the packed tarball into the probe app and builds it with Vite (once per run). */
-export function buildApp() {
+/** Installs the packed tarball into a probe app directory. */
+export function installPackage(app) {
   const pkgDir = path.join(root, 'pkg');
   const tgz = readdirSync(pkgDir).find((f) => f.endsWith('.tgz'));
   if (!tgz) throw new Error('pkg/*.tgz missing: run scripts/build-pkg.sh first');
-  const app = path.join(here, 'app');
   execFileSync('npm', ['install', '--no-save', '--no-audit', '--no-fund', '--silent', path.join(pkgDir, tgz)], { cwd: app, stdio: 'inherit' });
+}
+
+/** Installs the packed tarball into the Vite probe app and builds it (once per run). */
+export function buildApp() {
+  const app = path.join(here, 'app');
+  installPackage(app);
   execFileSync(path.join(here, 'node_modules/.bin/vite'), ['build'], { cwd: app, stdio: 'inherit' });
   return path.join(app, 'dist');
+}
+
+/** Installs the packed tarball into the webpack probe app and bundles it with webpack 5. */
+export async function buildWebpackApp() {
+  const app = path.join(here, 'webpack-app');
+  installPackage(app);
+  const { default: webpack } = await import('webpack');
+  const { default: config } = await import(path.join(app, 'webpack.config.js'));
+  const stats = await new Promise((resolve, reject) => webpack(config, (err, s) => (err ? reject(err) : resolve(s))));
+  if (stats.hasErrors()) throw new Error(stats.toString({ all: false, errors: true }));
+  copyFileSync(path.join(app, 'index.html'), path.join(app, 'dist/index.html'));
+  return path.join(app, 'dist');
+}
+
+/** Starts Vite's dev server on the probe app. */
+export async function startViteDev() {
+  const app = path.join(here, 'app');
+  installPackage(app);
+  const { createServer } = await import('vite');
+  const server = await createServer({ root: app, configFile: path.join(app, 'vite.config.js'), server: { port: 0, host: '127.0.0.1' } });
+  await server.listen();
+  const { port } = server.httpServer.address();
+  return { url: `http://127.0.0.1:${port}`, close: () => server.close() };
 }
 
 const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
