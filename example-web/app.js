@@ -1,8 +1,11 @@
 // The SimplySync todo example: plain ES modules on top of the built npm package (/pkg/).
-import { createEngine, createMnemonic, deriveIdentity, validateSecret } from '/pkg/index.js';
+// The engine keeps the recovery phrase itself (sealed in its own database): the page never
+// stores it. First visit: create a phrase (and write it down) or restore one; later visits
+// reopen the engine without it.
+import { createEngine, createMnemonic, hasStoredSecret, validateSecret } from '/pkg/index.js';
 
 const $ = (id) => document.getElementById(id);
-const SECRET_KEY = 'simplysync-example.secret';
+const DB = 'todos.db';
 const SCHEMA = {
   schemaVersion: 1,
   tables: [
@@ -20,6 +23,7 @@ const SCHEMA = {
 
 let engine = null;
 let config = { relays: [] };
+let statusTimer = null;
 const imageUrls = new Map();
 const unsubscribers = [];
 
@@ -34,29 +38,75 @@ function describe(e) {
   return e?.code ? `${e.message} (${e.code})` : String(e?.message ?? e);
 }
 
+/** Asks in the page (not a browser dialog) and resolves to the answer. */
+function confirmInPage(text, yes) {
+  $('confirm-text').textContent = text;
+  $('confirm-yes').textContent = yes;
+  $('confirm-panel').hidden = false;
+  return new Promise((resolve) => {
+    const done = (answer) => {
+      $('confirm-panel').hidden = true;
+      resolve(answer);
+    };
+    $('confirm-yes').onclick = () => done(true);
+    $('confirm-no').onclick = () => done(false);
+  });
+}
+
 // ---- identity -------------------------------------------------------------------------
 
+function showWelcome() {
+  $('welcome').hidden = false;
+  $('controls').disabled = true;
+  $('todos').replaceChildren();
+  $('identity').textContent = '';
+  document.body.dataset.ready = 'welcome';
+}
+
+/** Opens the engine: with `secret` for a new or restored identity, without it to reopen. */
 async function start(secret) {
-  const id = await deriveIdentity(secret);
-  const ownerId = id.ownerId;
-  id.free();
-  // One database per owner: restoring another phrase never mixes two owners' data.
-  engine = await createEngine({ secret, relays: config.relays, schema: SCHEMA, dbName: `todos-${ownerId}.db` });
+  $('welcome').hidden = true;
+  engine = await createEngine({ secret, relays: config.relays, schema: SCHEMA, dbName: DB });
   window.engine = engine; // for the end-to-end tests and for curious developers
   unsubscribers.push(engine.subscribe(['todos'], () => render()));
   unsubscribers.push(engine.onStatus((s) => showStatuses(s)));
   unsubscribers.push(engine.onProgress((p) => showProgress(p)));
+  unsubscribers.push(
+    engine.onClose(() => {
+      // Another tab logged out: this one has no engine any more.
+      if (engine) stop().then(showWelcome);
+    }),
+  );
   const storage = await engine.storage();
-  $('identity').textContent = `owner ${ownerId} · device ${engine.deviceId ?? '…'} · ${storage.mode}${engine.role === 'follower' ? ' · via another tab' : ''}`;
+  $('identity').textContent = `owner ${engine.ownerId} · device ${engine.deviceId ?? '…'} · ${storage.mode}${engine.role === 'follower' ? ' · via another tab' : ''}`;
   if (!storage.durable) say(`Not saved on this device: ${storage.reason}`, 'info');
+  $('controls').disabled = false;
+  statusTimer = setInterval(refreshStatuses, 10000);
   await render();
   refreshStatuses();
+  document.body.dataset.ready = 'app';
+}
+
+/** Detaches the page from the engine (timers, listeners, image URLs); returns the engine. */
+function detach() {
+  clearInterval(statusTimer);
+  statusTimer = null;
+  $('controls').disabled = true;
+  while (unsubscribers.length) unsubscribers.pop()();
+  const old = engine;
+  engine = null;
+  for (const url of imageUrls.values()) old?.revokeBlobUrl(url);
+  imageUrls.clear();
+  return old;
 }
 
 async function stop() {
-  while (unsubscribers.length) unsubscribers.pop()();
-  await engine?.close();
-  engine = null;
+  await detach()?.close();
+}
+
+/** Logs out on this device: the engine deletes its database and its copy of the secret. */
+async function forgetThisDevice() {
+  await detach()?.resetLocalData();
 }
 
 // ---- relays, progress -------------------------------------------------------------------
@@ -181,16 +231,31 @@ function todoItem(t) {
 
 let rendering = Promise.resolve();
 function render() {
-  rendering = rendering.then(async () => {
-    if (!engine) return;
-    const todos = await engine.list('todos', { orderBy: 'createdAt', includeDeleted: $('show-deleted').checked });
-    $('todos').replaceChildren(...todos.map(todoItem));
-    $('empty').hidden = todos.length > 0;
-  });
+  // One render at a time; a failed render is reported and the next one still runs.
+  rendering = rendering
+    .then(async () => {
+      if (!engine) return;
+      const todos = await engine.list('todos', { orderBy: 'createdAt', includeDeleted: $('show-deleted').checked });
+      $('todos').replaceChildren(...todos.map(todoItem));
+      $('empty').hidden = todos.length > 0;
+      // Images no longer listed give their memory back.
+      const shown = new Set(todos.map((t) => t.image).filter(Boolean));
+      for (const [blobId, url] of imageUrls) {
+        if (!shown.has(blobId)) {
+          engine.revokeBlobUrl(url);
+          imageUrls.delete(blobId);
+        }
+      }
+    })
+    .catch((e) => say(`Could not show the todos: ${describe(e)}`));
   return rendering;
 }
 
 async function act(fn) {
+  if (!engine) {
+    say('Still starting — try again in a moment.', 'info');
+    return;
+  }
   try {
     await fn();
   } catch (e) {
@@ -248,26 +313,78 @@ $('use-phrase').onclick = () => {
   $('menu').open = false;
   $('phrase-input').focus();
 };
+$('have-phrase').onclick = () => {
+  $('phrase-form').hidden = false;
+  $('phrase-input').focus();
+};
 $('cancel-phrase').onclick = () => ($('phrase-form').hidden = true);
-$('phrase-form').onsubmit = (e) => {
+$('phrase-form').onsubmit = async (e) => {
   e.preventDefault();
-  act(async () => {
-    const phrase = $('phrase-input').value;
-    const check = await validateSecret(phrase);
-    if (!check.ok) {
-      say(`That phrase is not valid: ${check.message}`);
-      return;
-    }
-    $('phrase-form').hidden = true;
-    $('phrase-input').value = '';
-    await stop();
-    localStorage.setItem(SECRET_KEY, phrase.trim());
+  const phrase = $('phrase-input').value.trim();
+  const check = await validateSecret(phrase);
+  if (!check.ok) {
+    say(`That phrase is not valid: ${check.message}`);
+    return;
+  }
+  if (engine) {
+    const replace = await confirmInPage(
+      'Restoring replaces the todos on this device with those of the phrase. Changes not synced yet are lost.',
+      'Replace this device\'s todos',
+    );
+    if (!replace) return;
+  }
+  $('phrase-form').hidden = true;
+  $('phrase-input').value = '';
+  try {
+    if (engine) await forgetThisDevice();
     say('Restoring from the relay…', 'info');
-    await start(phrase.trim());
+    await start(phrase);
     const report = await engine.sync();
     const failed = report.relays.find((r) => r.error);
     say(failed ? `Could not restore from ${failed.url}: ${failed.error.message}` : '');
-  });
+  } catch (err) {
+    say(`Could not restore: ${describe(err)}`);
+    if (!engine) showWelcome();
+  }
+};
+
+$('start-fresh').onclick = async () => {
+  const phrase = await createMnemonic();
+  $('welcome').hidden = true;
+  $('new-phrase').textContent = phrase;
+  $('saved-it').checked = false;
+  $('phrase-continue').disabled = true;
+  $('new-phrase-panel').hidden = false;
+};
+$('saved-it').onchange = () => ($('phrase-continue').disabled = !$('saved-it').checked);
+$('phrase-continue').onclick = async () => {
+  const phrase = $('new-phrase').textContent;
+  $('new-phrase-panel').hidden = true;
+  $('new-phrase').textContent = '';
+  try {
+    await start(phrase);
+  } catch (e) {
+    say(`Could not start: ${describe(e)}`);
+    showWelcome();
+  }
+};
+
+$('log-out').onclick = async () => {
+  $('menu').open = false;
+  if (!engine) return;
+  const out = await confirmInPage(
+    'Log out on this device? Its todos and its copy of your recovery phrase are deleted here; your other devices and the relay keep theirs.',
+    'Log out',
+  );
+  if (!out) return;
+  try {
+    await engine.sync().catch(() => {}); // send what is left, if the relay is reachable
+    await forgetThisDevice();
+    say('Logged out on this device.', 'info');
+  } catch (e) {
+    say(describe(e));
+  }
+  showWelcome();
 };
 
 $('purge').onclick = () =>
@@ -277,19 +394,13 @@ $('purge').onclick = () =>
     say(`Purged ${n} deleted todo${n === 1 ? '' : 's'} here and on the relays.`, 'info');
   });
 
-setInterval(refreshStatuses, 10000);
-
 (async () => {
   try {
     config = await (await fetch('/config.json')).json();
-    let secret = localStorage.getItem(SECRET_KEY);
-    if (!secret) {
-      secret = await createMnemonic();
-      localStorage.setItem(SECRET_KEY, secret);
-    }
-    await start(secret);
-    document.body.dataset.ready = 'true';
+    if (await hasStoredSecret(DB)) await start(); // welcome back: the engine has the secret
+    else showWelcome();
   } catch (e) {
     say(`Could not start: ${describe(e)}`);
+    if (e?.code === 'SECRET_LOST' || e?.code === 'NO_SECRET') showWelcome();
   }
 })();

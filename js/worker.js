@@ -48,7 +48,16 @@ function close() {
 async function reset() {
   close();
   if (!dbName) return null;
-  wipeDatabase(dbName);
+  // A call that was still running holds the database a moment longer: wait for it.
+  for (let attempt = 0; ; attempt++) {
+    try {
+      wipeDatabase(dbName);
+      break;
+    } catch (e) {
+      if (attempt >= 50) throw e;
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
   try {
     const root = await navigator.storage.getDirectory();
     const dir = await root.getDirectoryHandle('simplysync');

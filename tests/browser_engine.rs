@@ -133,7 +133,7 @@ fn count_statuses(e: &WebEngine) -> std::rc::Rc<std::cell::Cell<u32>> {
     let n = std::rc::Rc::new(std::cell::Cell::new(0));
     let m = n.clone();
     let f = wasm_bindgen::closure::Closure::<dyn Fn(JsValue)>::new(move |_| m.set(m.get() + 1));
-    e.on_status(f.into_js_value().unchecked_into());
+    e.on_status(f.into_js_value().unchecked_into()).unwrap();
     n
 }
 

@@ -64,7 +64,9 @@ struct StorageInfo {
 }
 
 struct Inner {
-    engine: Engine,
+    /// `None` once closed: the database connection is dropped at close, not when the last
+    /// background task lets go of `Inner`.
+    engine: RefCell<Option<Rc<Engine>>>,
     storage: StorageInfo,
     custody: Option<Custody>,
     auto_sync: bool,
@@ -73,6 +75,13 @@ struct Inner {
     closed: Cell<bool>,
     write_sync_scheduled: Cell<bool>,
     callbacks: RefCell<Vec<u64>>,
+}
+
+impl Inner {
+    /// The engine, unless closed.
+    fn current(&self) -> Option<Rc<Engine>> {
+        self.engine.borrow().clone()
+    }
 }
 
 /// Key custody, provided by the worker: `wrap(bytes)` and `unwrap(bytes)` seal and open the
@@ -127,7 +136,10 @@ pub struct WebEngine {
 
 impl std::fmt::Debug for WebEngine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebEngine").field("engine", &self.inner.engine).field("storage", &self.inner.storage).finish()
+        f.debug_struct("WebEngine")
+            .field("engine", &self.inner.current())
+            .field("storage", &self.inner.storage)
+            .finish()
     }
 }
 
@@ -202,7 +214,9 @@ fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
     let inner = inner.clone();
     wasm_bindgen_futures::spawn_local(async move {
         if !inner.closed.get() {
-            let _ = inner.engine.sync_queued(trigger).await;
+            if let Some(e) = inner.current() {
+                let _ = e.sync_queued(trigger).await;
+            }
         }
     });
 }
@@ -252,7 +266,7 @@ impl WebEngine {
         }
         let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
         let inner = Rc::new(Inner {
-            engine,
+            engine: RefCell::new(Some(Rc::new(engine))),
             storage,
             custody,
             auto_sync: opts.auto_sync.unwrap_or(true),
@@ -272,7 +286,9 @@ impl WebEngine {
                     if poller.closed.get() {
                         break;
                     }
-                    let _ = poller.engine.sync_queued(SyncTrigger::Poll).await;
+                    if let Some(e) = poller.current() {
+                        let _ = e.sync_queued(SyncTrigger::Poll).await;
+                    }
                 }
             });
         }
@@ -296,13 +312,15 @@ impl WebEngine {
             sleep(WRITE_DEBOUNCE_MS).await;
             inner.write_sync_scheduled.set(false);
             if !inner.closed.get() {
-                let _ = inner.engine.sync_queued(SyncTrigger::Write).await;
+                if let Some(e) = inner.current() {
+                    let _ = e.sync_queued(SyncTrigger::Write).await;
+                }
             }
         });
     }
 
     fn write_op(&self, op: Op) -> Result<JsValue, JsValue> {
-        let rows = self.inner.engine.transaction(std::slice::from_ref(&op)).map_err(err)?;
+        let rows = self.engine()?.transaction(std::slice::from_ref(&op)).map_err(err)?;
         self.after_write();
         Ok(rows.first().map_or(JsValue::NULL, to_js))
     }
@@ -310,13 +328,13 @@ impl WebEngine {
     /// The public owner id.
     #[wasm_bindgen(getter, js_name = ownerId)]
     pub fn owner_id(&self) -> String {
-        self.inner.engine.owner_id()
+        self.inner.current().map(|e| e.owner_id()).unwrap_or_default()
     }
 
     /// This device's id.
     #[wasm_bindgen(getter, js_name = deviceId)]
     pub fn device_id(&self) -> String {
-        self.inner.engine.device_id().to_owned()
+        self.inner.current().map(|e| e.device_id().to_owned()).unwrap_or_default()
     }
 
     /// `{mode: "opfs" | "memory", durable, reason}`.
@@ -363,8 +381,8 @@ impl WebEngine {
             });
         }
         let rows = match request_id {
-            Some(id) => self.inner.engine.transaction_once(&id, &parsed),
-            None => self.inner.engine.transaction(&parsed),
+            Some(id) => self.engine()?.transaction_once(&id, &parsed),
+            None => self.engine()?.transaction(&parsed),
         }
         .map_err(err)?;
         self.after_write();
@@ -373,7 +391,7 @@ impl WebEngine {
 
     /// A live row or `null`.
     pub fn get(&self, table: String, id: String) -> Result<JsValue, JsValue> {
-        Ok(self.inner.engine.get(&table, &id).map_err(err)?.as_ref().map_or(JsValue::NULL, to_js))
+        Ok(self.engine()?.get(&table, &id).map_err(err)?.as_ref().map_or(JsValue::NULL, to_js))
     }
 
     /// Rows of a table: `{where?, orderBy?, limit?, includeDeleted?}`.
@@ -385,7 +403,7 @@ impl WebEngine {
             limit: o.get("limit").and_then(|v| v.as_f64()).map(|n| n.clamp(0.0, u32::MAX as f64) as u32),
             include_deleted: o.get("includeDeleted").and_then(|v| v.as_bool()).unwrap_or(false),
         };
-        let rows = self.inner.engine.list(&table, &opts).map_err(err)?;
+        let rows = self.engine()?.list(&table, &opts).map_err(err)?;
         Ok(rows.iter().map(to_js).collect::<Array>().into())
     }
 
@@ -396,13 +414,13 @@ impl WebEngine {
             Json::Array(p) => p,
             _ => return Err(bad_arg("params must be an array".into())),
         };
-        let rows = self.inner.engine.query(&sql, &params).map_err(err)?;
+        let rows = self.engine()?.query(&sql, &params).map_err(err)?;
         Ok(rows.iter().map(to_js).collect::<Array>().into())
     }
 
     /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
     pub async fn sync(&self) -> Result<JsValue, JsValue> {
-        let report = self.inner.engine.sync(SyncTrigger::Manual).await.map_err(err)?;
+        let report = self.engine()?.sync(SyncTrigger::Manual).await.map_err(err)?;
         Ok(serde_to_js(&report))
     }
 
@@ -422,13 +440,13 @@ impl WebEngine {
     /// Every relay's status, refreshed from `/v1/status`.
     #[wasm_bindgen(js_name = relayStatuses)]
     pub async fn relay_statuses(&self) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.inner.engine.relay_statuses().await.map_err(err)?))
+        Ok(serde_to_js(&self.engine()?.relay_statuses().await.map_err(err)?))
     }
 
     /// Adds a relay (backfilled on its first pass). At most once per `requestId`.
     #[wasm_bindgen(js_name = addRelay)]
     pub fn add_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.add_relay(&url)).map_err(err)?;
         self.after_write();
         Ok(())
@@ -437,14 +455,14 @@ impl WebEngine {
     /// Removes a relay and what this device knew about it. At most once per `requestId`.
     #[wasm_bindgen(js_name = removeRelay)]
     pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)
     }
 
     /// Hard-deletes every soft-deleted row; returns the count. At most once per `requestId`.
     #[wasm_bindgen(js_name = purgeDeleted)]
     pub fn purge_deleted(&self, request_id: Option<String>) -> Result<u32, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let n = e.once(request_id.as_deref(), || e.purge_deleted()).map_err(err)?;
         self.after_write();
         Ok(n as u32)
@@ -453,7 +471,7 @@ impl WebEngine {
     /// Hard-deletes the given rows; returns the count. At most once per `requestId`.
     #[wasm_bindgen(js_name = purgeRows)]
     pub fn purge_rows(&self, table: String, ids: Vec<String>, request_id: Option<String>) -> Result<u32, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let n = e.once(request_id.as_deref(), || e.purge_rows(&table, &ids)).map_err(err)?;
         self.after_write();
         Ok(n as u32)
@@ -468,7 +486,7 @@ impl WebEngine {
         chunk_size: Option<u32>,
         request_id: Option<String>,
     ) -> Result<JsValue, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let data = bytes.to_vec();
         let m = e
             .once(request_id.as_deref(), || e.put_blob(&data, &mime_type, chunk_size.map(|c| c as usize)))
@@ -480,34 +498,34 @@ impl WebEngine {
     /// A whole blob's bytes.
     #[wasm_bindgen(js_name = getBlob)]
     pub async fn get_blob(&self, blob_id: String) -> Result<Uint8Array, JsValue> {
-        let (_, bytes) = self.inner.engine.get_blob(&blob_id).await.map_err(err)?;
+        let (_, bytes) = self.engine()?.get_blob(&blob_id).await.map_err(err)?;
         Ok(Uint8Array::from(bytes.as_slice()))
     }
 
     /// One chunk's bytes.
     #[wasm_bindgen(js_name = getBlobChunk)]
     pub async fn get_blob_chunk(&self, blob_id: String, index: u32) -> Result<Uint8Array, JsValue> {
-        let bytes = self.inner.engine.get_blob_chunk(&blob_id, index as usize).await.map_err(err)?;
+        let bytes = self.engine()?.get_blob_chunk(&blob_id, index as usize).await.map_err(err)?;
         Ok(Uint8Array::from(bytes.as_slice()))
     }
 
     /// A blob's manifest.
     #[wasm_bindgen(js_name = blobManifest)]
     pub fn blob_manifest(&self, blob_id: String) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.inner.engine.blob_manifest(&blob_id).map_err(err)?))
+        Ok(serde_to_js(&self.engine()?.blob_manifest(&blob_id).map_err(err)?))
     }
 
     /// The recovery phrase (or key), to show to its owner.
     #[wasm_bindgen(js_name = recoveryPhrase)]
-    pub fn recovery_phrase(&self) -> String {
-        self.inner.engine.recovery_secret()
+    pub fn recovery_phrase(&self) -> Result<String, JsValue> {
+        Ok(self.engine()?.recovery_secret())
     }
 
     /// Moves everything to a new secret and pushes it; the old owner stays open until
     /// `confirmRekey()`. With key custody the new secret is stored (sealed) in the same
     /// transaction as the switch. At most once per `requestId`.
     pub async fn rekey(&self, new_secret: String, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let wrapped = match &self.inner.custody {
             Some(c) => {
                 let parsed = crate::protocol::Secret::parse(&new_secret).map_err(|x| err(x.into()))?;
@@ -529,7 +547,7 @@ impl WebEngine {
     /// Finishes a re-key: closes the old owner on every relay. At most once per `requestId`.
     #[wasm_bindgen(js_name = confirmRekey)]
     pub async fn confirm_rekey(&self, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let report = e
             .once_async(request_id.as_deref(), || e.confirm_rekey(), || e.sync(SyncTrigger::Manual))
             .await
@@ -540,14 +558,14 @@ impl WebEngine {
     /// The owner id a re-key waiting for `confirmRekey()` moved to, or `null`.
     #[wasm_bindgen(js_name = pendingRekey)]
     pub fn pending_rekey(&self) -> Result<JsValue, JsValue> {
-        Ok(self.inner.engine.pending_rekey().map_err(err)?.map_or(JsValue::NULL, |o| JsValue::from_str(&o)))
+        Ok(self.engine()?.pending_rekey().map_err(err)?.map_or(JsValue::NULL, |o| JsValue::from_str(&o)))
     }
 
     /// Puts items relays refused on their own back in line; returns how many. At most once
     /// per `requestId`.
     #[wasm_bindgen(js_name = retrySetAside)]
     pub fn retry_set_aside(&self, request_id: Option<String>) -> Result<u32, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         let n = e.once(request_id.as_deref(), || e.retry_set_aside()).map_err(err)?;
         self.after_write();
         Ok(n as u32)
@@ -557,64 +575,70 @@ impl WebEngine {
     /// `requestId`.
     #[wasm_bindgen(js_name = retryQuarantined)]
     pub fn retry_quarantined(&self, request_id: Option<String>) -> Result<u32, JsValue> {
-        let e = &self.inner.engine;
+        let e = &self.engine()?;
         Ok(e.once(request_id.as_deref(), || e.retry_quarantined()).map_err(err)? as u32)
     }
 
     /// Quarantined events (`{eventId, relay, reason, detail, at}`).
     pub fn quarantined(&self) -> Result<JsValue, JsValue> {
-        let held = self.inner.engine.quarantined().map_err(err)?;
+        let held = self.engine()?.quarantined().map_err(err)?;
         Ok(held_to_js(&held))
     }
 
     /// Deferred events (`{eventId, relay, reason, detail, at}`).
     pub fn deferred(&self) -> Result<JsValue, JsValue> {
-        let held = self.inner.engine.deferred().map_err(err)?;
+        let held = self.engine()?.deferred().map_err(err)?;
         Ok(held_to_js(&held))
     }
 
     /// Calls `callback({source, tables, rows})` after each committed batch of changes.
     #[wasm_bindgen(js_name = onChange)]
-    pub fn on_change(&self, callback: Function) -> f64 {
-        let id = self.inner.engine.subscribe(None, move |e| {
+    pub fn on_change(&self, callback: Function) -> Result<f64, JsValue> {
+        let id = self.engine()?.subscribe(None, move |e| {
             let _ = callback.call1(&JsValue::NULL, &serde_to_js(e));
         });
         self.inner.callbacks.borrow_mut().push(id);
-        id as f64
+        Ok(id as f64)
     }
 
     /// Calls `callback(statuses)` whenever a relay's status changes.
     #[wasm_bindgen(js_name = onStatus)]
-    pub fn on_status(&self, callback: Function) -> f64 {
-        let id = self.inner.engine.on_status(move |s| {
+    pub fn on_status(&self, callback: Function) -> Result<f64, JsValue> {
+        let id = self.engine()?.on_status(move |s| {
             let _ = callback.call1(&JsValue::NULL, &serde_to_js(&s));
         });
-        id as f64
+        Ok(id as f64)
     }
 
     /// Calls `callback(progress)` during pulls.
     #[wasm_bindgen(js_name = onProgress)]
-    pub fn on_progress(&self, callback: Function) -> f64 {
-        let id = self.inner.engine.on_progress(move |p| {
+    pub fn on_progress(&self, callback: Function) -> Result<f64, JsValue> {
+        let id = self.engine()?.on_progress(move |p| {
             let _ = callback.call1(&JsValue::NULL, &serde_to_js(p));
         });
-        id as f64
+        Ok(id as f64)
     }
 
     /// Removes a callback registered with `onChange`, `onStatus` or `onProgress`.
     pub fn unsubscribe(&self, id: f64) -> bool {
-        self.inner.engine.unsubscribe(id as u64)
+        self.inner.current().is_some_and(|e| e.unsubscribe(id as u64))
     }
 
-    /// Stops the driver. The database closes when the object is freed.
+    /// Stops the driver and closes the database now (a call still running keeps it open until
+    /// it ends). Later calls fail with `CLOSED`.
     pub fn close(&self) {
         self.inner.closed.set(true);
+        self.inner.engine.borrow_mut().take();
+    }
+
+    fn engine(&self) -> Result<Rc<Engine>, JsValue> {
+        self.inner.current().ok_or_else(|| js_error("CLOSED", "the engine is closed"))
     }
 
     /// The secret as stored (sealed by key custody), if any; for tests of the custody.
     #[wasm_bindgen(js_name = storedWrappedSecret)]
     pub fn stored_wrapped_secret(&self) -> Result<Option<String>, JsValue> {
-        self.inner.engine.wrapped_secret().map_err(err)
+        self.engine()?.wrapped_secret().map_err(err)
     }
 }
 

@@ -64,13 +64,29 @@ after(async () => {
   server?.kill();
 });
 
+const pageErrors = [];
+
 async function device(name) {
   const context = await browser.newContext({ viewport: { width: 820, height: 640 } });
   const page = await context.newPage();
-  page.on('pageerror', (e) => console.error(`${name} page error:`, e.message));
+  page.on('pageerror', (e) => pageErrors.push(`${name}: ${e.message}`));
   await page.goto(url);
   await page.waitForSelector('body[data-ready]', { timeout: 20000 });
   return { context, page };
+}
+
+/** A new device's first run: create a phrase, write it down, confirm. */
+async function startFresh(page) {
+  assert.equal(await page.getAttribute('body', 'data-ready'), 'welcome');
+  await page.click('#start-fresh');
+  await page.waitForSelector('#new-phrase-panel:not([hidden])');
+  const phrase = (await page.textContent('#new-phrase')).trim();
+  assert.equal(await page.isDisabled('#phrase-continue'), true, 'Continue waits for "I saved it"');
+  await shot(page, '1-write-it-down');
+  await page.check('#saved-it');
+  await page.click('#phrase-continue');
+  await page.waitForSelector('body[data-ready=app]');
+  return phrase;
 }
 
 const titles = (page) => page.$$eval('#todos li .text', (els) => els.map((e) => e.textContent));
@@ -92,21 +108,30 @@ async function phraseOf(page) {
   return phrase;
 }
 
+/** Restores a phrase: from the welcome screen, or (with data here) from the menu. */
 async function usePhrase(page, phrase) {
-  await page.click('#menu summary');
-  await page.click('#use-phrase');
+  if ((await page.getAttribute('body', 'data-ready')) === 'welcome') await page.click('#have-phrase');
+  else {
+    await page.click('#menu summary');
+    await page.click('#use-phrase');
+  }
   await page.fill('#phrase-input', phrase);
   await page.click('#phrase-form button[type=submit]');
 }
 
 test('two devices, offline edits, a restored third device with the attachment, and two tabs', async () => {
-  // Device A: first run creates an identity.
+  // Device A: first run creates an identity; the user writes the phrase down.
   const a = await device('A');
+  await shot(a.page, '0-welcome');
+  const written = await startFresh(a.page);
+  assert.equal(written.split(' ').length, 12);
+  assert.equal(await a.page.evaluate(() => localStorage.length), 0, 'the page keeps nothing in localStorage');
   await addTodo(a.page, 'Buy oat milk', PNG);
   await addTodo(a.page, 'Call the plumber');
   await a.page.waitForSelector('#todos img[src^="blob:"]');
   const phrase = await phraseOf(a.page);
-  await shot(a.page, '1-recovery-key');
+  assert.equal(phrase, written);
+  await shot(a.page, '1b-recovery-key');
   await a.page.click('#hide-key');
   await eventually(async () => (await a.page.textContent('#relays')).includes('synced'), 15000, 'A synced');
 
@@ -118,6 +143,13 @@ test('two devices, offline edits, a restored third device with the attachment, a
   await shot(b.page, '2-invalid-phrase');
   await usePhrase(b.page, phrase);
   await eventually(async () => (await titles(b.page)).length === 2, 15000, 'B restored A\'s todos');
+
+  // Restoring another phrase over B's data asks first; cancelling changes nothing.
+  await usePhrase(b.page, 'abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon abandon about');
+  await b.page.waitForSelector('#confirm-panel:not([hidden])');
+  await shot(b.page, '2b-confirm-restore');
+  await b.page.click('#confirm-no');
+  assert.equal((await titles(b.page)).length, 2, 'nothing was replaced');
 
   // A todo added on A appears on B.
   await addTodo(a.page, 'Water the plants');
@@ -163,17 +195,37 @@ test('two devices, offline edits, a restored third device with the attachment, a
   await eventually(async () => (await c.page.textContent('#relays')).includes('% of quota'), 15000, 'quota shown');
   await shot(c.page, '5-restored');
 
+  // A reloads: the engine reopens with the secret it keeps, and the page's controls wait for
+  // it — a todo typed and added right after the load is not lost.
+  await a.page.reload();
+  await a.page.fill('#title', 'Typed while starting');
+  await a.page.click('#new-todo button[type=submit]');
+  await a.page.waitForSelector('#todos li .text:text-is("Typed while starting")', { timeout: 20000 });
+
   // Two tabs of device A: both read and write.
   const tab2 = await a.context.newPage();
+  tab2.on('pageerror', (e) => pageErrors.push(`tab 2: ${e.message}`));
   await tab2.goto(url);
-  await tab2.waitForSelector('body[data-ready]', { timeout: 20000 });
+  await tab2.waitForSelector('body[data-ready=app]', { timeout: 20000 });
   assert.match(await tab2.textContent('#identity'), /via another tab/);
-  await eventually(async () => (await titles(tab2)).length === 4, 10000, 'tab 2 reads');
+  await eventually(async () => (await titles(tab2)).length === 5, 10000, 'tab 2 reads');
   await addTodo(tab2, 'From the second tab');
   await eventually(async () => (await titles(a.page)).includes('From the second tab'), 10000, 'tab 1 sees tab 2\'s write');
   await a.page.click('#todos li:has(.text:text-is("Water the plants")) .delete');
   await eventually(async () => !(await titles(tab2)).includes('Water the plants'), 10000, 'tab 2 sees tab 1\'s delete');
   await shot(tab2, '6-second-tab');
 
+  // Log out on device C: its data and its copy of the phrase go; it starts at the welcome again.
+  await c.page.click('#menu summary');
+  await c.page.click('#log-out');
+  await c.page.waitForSelector('#confirm-panel:not([hidden])');
+  await c.page.click('#confirm-yes');
+  await c.page.waitForSelector('body[data-ready=welcome]');
+  await c.page.reload();
+  await c.page.waitForSelector('body[data-ready=welcome]');
+  assert.equal(await c.page.evaluate(() => window.engine?.ownerId ?? null), null);
+  await shot(c.page, '7-logged-out');
+
   for (const d of [a, b, c]) await d.context.close();
+  assert.deepEqual(pageErrors, [], 'no uncaught error in any page');
 });
