@@ -232,6 +232,7 @@ export class Hub {
   // ---- messages between tabs -------------------------------------------------------------
 
   #send(tabId, msg) {
+    if (this.closed) return; // the other tab hears `closed` (or `bye`) instead
     let channel = this.#outboxes.get(tabId);
     if (!channel) {
       channel = new BroadcastChannel(`${this.lockName}:tab:${tabId}`);
@@ -403,7 +404,8 @@ export class Hub {
 
   #afterReset() {
     this.#shared?.postMessage({ type: 'closed', reason: 'the local data of this database was deleted (resetLocalData)' });
-    queueMicrotask(() => this.#closeLocally(closedError('the local data of this database was deleted')));
+    // After the answers to the calls in flight (the reset's own included) went out.
+    setTimeout(() => this.#closeLocally(closedError('the local data of this database was deleted')));
   }
 
   #closeLocally(error) {

@@ -4,13 +4,14 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildWebpackApp, launch, openApp, RELAY, SCHEMA, serve, startViteDev } from './harness.mjs';
+import { buildWebpackApp, launch, openApp, pageErrors, RELAY, SCHEMA, serve, startViteDev } from './harness.mjs';
 
 let browser;
 before(async () => {
   browser = await launch();
 });
 after(async () => {
+  assert.deepEqual(pageErrors, [], 'no uncaught error in any page');
   await browser?.close();
 });
 

@@ -76,10 +76,16 @@ export async function launch() {
   });
 }
 
+/** Uncaught errors of every page opened with {@link openApp} (a test file checks it is empty). */
+export const pageErrors = [];
+
 /** Opens the probe app in `context` and waits until the package loaded. */
 export async function openApp(context, url) {
   const page = await context.newPage();
-  page.on('pageerror', (e) => console.error('page error:', e.message));
+  page.on('pageerror', (e) => {
+    console.error('page error:', e.message);
+    pageErrors.push(e.message);
+  });
   await page.goto(url);
   await page.waitForFunction(() => window.simplysync);
   return page;

@@ -3,7 +3,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildApp, eventually, launch, openApp, RELAY, SCHEMA, serve } from './harness.mjs';
+import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
 
 let server;
 let browser;
@@ -14,6 +14,7 @@ before(async () => {
 });
 
 after(async () => {
+  assert.deepEqual(pageErrors, [], 'no uncaught error in any page');
   await browser?.close();
   await server?.close();
 });

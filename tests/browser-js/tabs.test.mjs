@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildApp, eventually, launch, openApp, RELAY, SCHEMA, serve } from './harness.mjs';
+import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
 
 const STALLED = process.env.SIMPLYSYNC_TEST_STALLED;
 
@@ -17,6 +17,7 @@ before(async () => {
 });
 
 after(async () => {
+  assert.deepEqual(pageErrors, [], 'no uncaught error in any page');
   await browser?.close();
   await server?.close();
 });
@@ -135,6 +136,13 @@ test('followers never see the secret: LEADER_ONLY, and results go to the asking 
   const heard = await spy.evaluate(() => window.heard.map((m) => m.type));
   assert.ok(!heard.includes('call') && !heard.includes('result'), `broadcast: ${heard}`);
   assert.ok(!JSON.stringify(await spy.evaluate(() => window.heard)).includes(phrase));
+
+  // Log out from the follower: the database goes, and every tab's engine closes.
+  const closedSeen = follower.evaluate(() => new Promise((resolve) => window.engine.onClose((e) => resolve(e.code))));
+  await attempt(follower, (e) => e.resetLocalData());
+  assert.equal(await closedSeen, 'CLOSED');
+  assert.equal((await attempt(leader, (e) => e.list('todos'))).error.code, 'CLOSED', 'the leader tab sees CLOSED too');
+  assert.equal(await leader.evaluate(() => window.simplysync.hasStoredSecret('secret-tabs.db')), false);
   await context.close();
 });
 

@@ -2,8 +2,9 @@
 // type every call an app makes, with no `any` leaking into app code.
 import {
   createEngine, createMnemonic, createRecoveryKey, decryptBlob, decryptEnvelope, deriveIdentity, encryptBlob,
-  encryptPayload, validateSecret, SimplySyncError,
-  type ChangeEvent, type Engine, type Progress, type RelayStatus, type Row, type Schema, type SyncReport,
+  encryptPayload, hasStoredSecret, validateSecret, SimplySyncError,
+  type ChangeEvent, type Engine, type ErrorCode, type Progress, type RelayStatus, type Row, type Schema, type StorageInfo,
+  type SyncReport,
 } from 'simplysync';
 
 const schema: Schema = { tables: [{ name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] }] };
@@ -15,6 +16,11 @@ export async function app(): Promise<void> {
   if (!check.ok) {
     const code: 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY' | 'SECRET_INVALID_PHRASE' = check.code;
     console.log(code, check.message);
+  }
+  const stored: boolean = await hasStoredSecret('todos.db');
+  if (stored) {
+    const reopened: Engine = await createEngine({ relays: [], schema, dbName: 'todos.db' });
+    await reopened.close();
   }
   const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'auto', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000 });
   const row: Row = await engine.insert('todos', { id: 'a', title: 'milk', done: false });
@@ -53,6 +59,20 @@ export async function app(): Promise<void> {
   if (waiting) await engine.confirmRekey();
   const retried: number = await engine.retrySetAside();
   void retried;
+  try {
+    await engine.get('nope', 'x');
+  } catch (e) {
+    if (e instanceof SimplySyncError) {
+      const code: ErrorCode = e.code;
+      console.log(code === 'UNKNOWN_TABLE');
+    }
+  }
+  const info: StorageInfo = await engine.storage();
+  console.log(info.persisted);
+  engine.onClose((e: SimplySyncError) => console.log(e.code));
+  const revoked: boolean = engine.revokeBlobUrl(url);
+  console.log(revoked);
+  await engine.resetLocalData();
   await engine.close();
   const id = await deriveIdentity(secret);
   const env = await encryptPayload(id, { eventId: 'e', deviceId: 'd' }, { hello: 'world' });
