@@ -94,6 +94,23 @@ impl TestRelay {
         });
         self.stop = Some(tx);
         self.thread = Some(thread);
+        self.wait_ready();
+    }
+
+    /// Waits until the relay answers `/health` (its database exists by then).
+    fn wait_ready(&self) {
+        use std::io::{Read, Write};
+        for _ in 0..500 {
+            if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) {
+                let _ = s.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+                let mut answer = String::new();
+                if s.read_to_string(&mut answer).is_ok() && answer.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("the test relay did not become ready");
     }
 
     pub fn stop(&mut self) {
