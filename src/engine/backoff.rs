@@ -67,5 +67,7 @@ mod tests {
         assert_eq!(parse_retry_after("Sun, 30 Nov 2025 11:00:00 GMT", now), Some(0));
         assert_eq!(parse_retry_after("soon", now), None);
         assert_eq!(parse_retry_after("-5", now), None);
+        let huge = parse_retry_after("99999999999999999999999", now).unwrap();
+        assert!(huge >= MAX_RETRY_AFTER_MS, "a delay too large to parse still means a long wait: {huge}");
     }
 }

@@ -147,9 +147,8 @@ pub use rekey::stored_wrapped_secret;
 
 /// Checks a relay URL: http or https, no whitespace.
 pub fn validate_relay_url(url: &str) -> Result<(), EngineError> {
-    let ok = (url.starts_with("http://") || url.starts_with("https://"))
-        && url.len() > "https://".len()
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    let rest = url.strip_prefix("https://").or_else(|| url.strip_prefix("http://"));
+    let ok = rest.is_some_and(|r| !r.is_empty()) && !url.chars().any(|c| c.is_whitespace() || c.is_control());
     if ok {
         Ok(())
     } else {
@@ -251,13 +250,9 @@ impl Engine {
         self.wall.now_ms()
     }
 
-    /// A uniformly random number in `0..=max` (retry jitter).
-    fn random_up_to(&self, max: u64) -> u64 {
-        let bytes = random_bytes::<8>(self.rng.borrow_mut().as_mut()).unwrap_or([0; 8]);
-        if max == u64::MAX {
-            return u64::from_le_bytes(bytes);
-        }
-        u64::from_le_bytes(bytes) % (max + 1)
+    /// A random number (retry jitter); 0 if the platform has no randomness.
+    fn random_u64(&self) -> u64 {
+        u64::from_le_bytes(random_bytes::<8>(self.rng.borrow_mut().as_mut()).unwrap_or([0; 8]))
     }
 
     fn identity(&self) -> Identity {
@@ -278,5 +273,20 @@ impl Engine {
         let hlc = Hlc { ms, counter, device_id: self.device_id.clone() };
         system::meta_set(conn, "hlc", &hlc.to_string())?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relay_urls_must_be_http_or_https_with_a_host_and_no_whitespace() {
+        for ok in ["http://a", "https://relay.example/v2", "http://127.0.0.1:8787"] {
+            assert!(validate_relay_url(ok).is_ok(), "{ok}");
+        }
+        for bad in ["https://", "http://", "ftp://x", "relay.example", "https://a b", "https://a\n", "https://a\u{7}"] {
+            assert_eq!(validate_relay_url(bad).unwrap_err().code(), "INVALID_RELAY", "{bad:?}");
+        }
     }
 }

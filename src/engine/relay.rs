@@ -208,7 +208,7 @@ impl Engine {
 
     /// Records a relay failure in its status (policy and jitter included).
     pub(crate) fn record_failure(&self, url: &str, f: &RelayFailure) -> Option<RelayErrorInfo> {
-        let (now, random) = (self.now(), self.random_up_to(u64::MAX));
+        let (now, random) = (self.now(), self.random_u64());
         self.with_relay(url, |r| {
             r.fail(f, now, random);
             r.error.clone()

@@ -397,3 +397,79 @@ async fn a_re_sent_mutating_call_with_the_same_request_id_takes_effect_once() {
     assert_eq!(e.owner_id(), owner, "a re-sent re-key does not re-key again");
     assert_eq!(e.once(Some(""), || Ok(1)).unwrap_err().code(), "INVALID_QUERY");
 }
+
+#[tokio::test]
+async fn the_clock_survives_a_purge_and_a_restart_so_a_later_write_still_sorts_after_the_tombstone() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let path = db_file("clock");
+    let a = on_file(&secret, &[&relay.url], &path);
+    let b = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("r", "first")).unwrap();
+    a.engine.delete("todos", "r").unwrap();
+    a.sync().await;
+    b.sync().await;
+    a.engine.purge_deleted().unwrap();
+    a.sync().await;
+    drop(a);
+    // Same wall time after the restart: only the persisted clock knows how far it got.
+    let a = on_file(&secret, &[&relay.url], &path);
+    a.engine.insert("todos", todo("r", "again")).unwrap();
+    a.sync().await;
+    b.sync().await;
+    assert_eq!(b.todos()[0].1.as_str(), Some("again"), "the new write sorts after b's tombstone");
+    assert!(!b.todos()[0].2);
+}
+
+#[tokio::test]
+async fn the_device_id_is_kept_across_restarts_and_stamps_every_event() {
+    let relay = TestRelay::start();
+    let path = db_file("device");
+    let secret = phrase();
+    let a = on_file(&secret, &[&relay.url], &path);
+    let id = a.engine.device_id().to_owned();
+    assert_eq!(id.len(), 22);
+    let row = a.engine.insert("todos", todo("x", "y")).unwrap();
+    assert!(row.get("updatedAt").unwrap().as_str().unwrap().ends_with(&id));
+    a.sync().await;
+    drop(a);
+    assert_eq!(on_file(&secret, &[&relay.url], &path).engine.device_id(), id);
+    let db = rusqlite::Connection::open(&relay.db).unwrap();
+    let device: String = db.query_row("SELECT envelope FROM events", [], |r| r.get(0)).unwrap();
+    assert!(device.contains(&format!("\"deviceId\":\"{id}\"")), "{device}");
+}
+
+#[tokio::test]
+async fn a_quarantined_event_that_is_valid_after_all_is_released_by_retry_quarantined() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("q", "was quarantined by an older engine")).unwrap();
+    a.engine.insert("todos", todo("q2", "also")).unwrap();
+    a.sync().await;
+    let env: Vec<String> = {
+        let db = rusqlite::Connection::open(&relay.db).unwrap();
+        let mut st = db.prepare("SELECT envelope FROM events ORDER BY seq").unwrap();
+        st.query_map([], |r| r.get(0)).unwrap().map(Result::unwrap).collect()
+    };
+    // A device whose (older) engine had quarantined these valid events.
+    let path = db_file("requarantine");
+    let b = on_file(&secret, &[], &path);
+    drop(b);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    for (i, e) in env.iter().enumerate() {
+        let id = serde_json::from_str::<serde_json::Value>(e).unwrap()["eventId"].as_str().unwrap().to_owned();
+        conn.execute(
+            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at) VALUES ('r', ?1, ?2, 'AUTH_FAILED', 'old bug', ?3)",
+            rusqlite::params![id, e, i as i64],
+        )
+        .unwrap();
+    }
+    drop(conn);
+    let b = on_file(&secret, &[], &path);
+    assert_eq!(b.engine.quarantined().unwrap().len(), 2);
+    assert_eq!(b.engine.retry_quarantined().unwrap(), 2, "both released");
+    assert_eq!(b.todos().len(), 2, "and applied");
+    assert!(b.engine.quarantined().unwrap().is_empty());
+    assert_eq!(b.engine.retry_quarantined().unwrap(), 0);
+}

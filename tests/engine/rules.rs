@@ -86,6 +86,8 @@ async fn crafted_remote_events_are_classified_by_reason_and_only_valid_ones_appl
             (&hlc(5), r#"[1,2,3]"#.to_owned()),
             (&hlc(6), payload(&hlc(6), "", r#"{"title":"no id"}"#)),
             (&hlc(7), payload(&hlc(7), "colour", r#"{"title":"t","colour":"red"}"#)),
+            (&hlc(8), payload(&hlc(8), &"i".repeat(256), r#"{"title":"the longest id"}"#)),
+            (&hlc(9), payload(&hlc(9), &"i".repeat(257), r#"{"title":"one byte too long"}"#)),
         ],
     )
     .await;
@@ -99,8 +101,8 @@ async fn crafted_remote_events_are_classified_by_reason_and_only_valid_ones_appl
     };
     let d = Device::open(spec(todo_schema(1, &[])));
     let r = d.sync().await;
-    assert_eq!((r.relays[0].applied, r.relays[0].deferred, r.relays[0].quarantined), (1, 1, 4), "{r:?}");
-    assert_eq!(d.todos().len(), 1);
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred, r.relays[0].quarantined), (2, 1, 5), "{r:?}");
+    assert_eq!(d.todos().len(), 2);
     let mut reasons: Vec<(String, String)> =
         d.engine.quarantined().unwrap().into_iter().map(|q| (q.event_id, q.reason)).collect();
     reasons.sort();
@@ -111,6 +113,7 @@ async fn crafted_remote_events_are_classified_by_reason_and_only_valid_ones_appl
             (hlc(4), "INVALID_ROW".to_owned()),
             (hlc(5), "MALFORMED_PAYLOAD".to_owned()),
             (hlc(6), "MALFORMED_PAYLOAD".to_owned()),
+            (hlc(9), "MALFORMED_PAYLOAD".to_owned()),
         ]
     );
     let deferred = d.engine.deferred().unwrap();
