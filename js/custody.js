@@ -46,8 +46,9 @@ async function keyFor(dbName, create) {
   return key;
 }
 
-/** The `{wrap, unwrap}` pair the engine uses for `dbName`. */
+/** The `{wrap, unwrap}` pair the engine uses for `dbName` (none without IndexedDB). */
 export function custodyFor(dbName) {
+  if (typeof indexedDB === 'undefined' || indexedDB === null) return undefined;
   return {
     async wrap(bytes) {
       const key = await keyFor(dbName, true);
@@ -70,17 +71,19 @@ export function custodyFor(dbName) {
 
 /** Records that `dbName`'s database now holds its sealed secret (see {@link hasStoredSecret}). */
 export async function markStored(dbName) {
+  if (typeof indexedDB === 'undefined' || indexedDB === null) return;
   const record = await get(dbName);
   if (record) await put({ ...record, stored: true });
 }
 
 /** Whether this browser keeps a secret for `dbName` (then the engine reopens without one). */
 export async function hasStoredSecret(dbName) {
-  if (typeof indexedDB === 'undefined') return false;
+  if (typeof indexedDB === 'undefined' || indexedDB === null) return false;
   return (await get(dbName))?.stored === true;
 }
 
 /** Forgets `dbName`'s key: its sealed secret can never be opened again. */
 export async function forget(dbName) {
+  if (typeof indexedDB === 'undefined' || indexedDB === null) return;
   await tx('readwrite', (s) => s.delete(dbName));
 }

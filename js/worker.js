@@ -5,6 +5,7 @@
 // with the panic's message, and the tab starts a fresh worker.
 import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
 import { custodyFor, forget, markStored } from './custody.js';
+import { drop as dropPages, pageStore } from './idb-pages.js';
 
 const ready = init();
 let engine = null;
@@ -26,7 +27,7 @@ const MUTATING = {
 
 async function open(secret, options) {
   engine?.free();
-  engine = await Engine.open(secret ?? undefined, options, custodyFor(options.dbName));
+  engine = await Engine.open(secret ?? undefined, options, custodyFor(options.dbName), pageStore());
   dbName = options.dbName;
   schema = options.schema;
   engine.onChange((data) => post({ event: 'change', data }));
@@ -65,6 +66,7 @@ async function reset() {
   } catch {
     // No OPFS directory (memory storage) or already gone.
   }
+  await dropPages(dbName).catch(() => {}); // the IndexedDB copy, if the database lived there
   await forget(dbName);
   return null;
 }
@@ -90,6 +92,8 @@ self.onmessage = async ({ data }) => {
   try {
     await ready;
     const value = await run(method, args ?? [], requestId);
+    // Acknowledge only what is durable (IndexedDB storage flushes here; a no-op on OPFS).
+    if (engine) await engine.flush();
     post({ id, ok: true, value }, value instanceof Uint8Array ? [value.buffer] : undefined);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {

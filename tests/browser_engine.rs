@@ -39,7 +39,7 @@ fn options(db: &str, relays: &[&str], auto_sync: bool) -> JsValue {
 
 /// Opens an engine with an explicit secret and no key custody.
 async fn open(secret: String, options: JsValue) -> Result<WebEngine, JsValue> {
-    WebEngine::open(Some(secret), options, JsValue::UNDEFINED).await
+    WebEngine::open(Some(secret), options, JsValue::UNDEFINED, JsValue::UNDEFINED).await
 }
 
 fn get(v: &JsValue, k: &str) -> JsValue {

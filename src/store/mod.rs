@@ -3,6 +3,8 @@
 
 use rusqlite::Connection;
 
+#[cfg(target_arch = "wasm32")]
+pub mod idb;
 pub mod inbox;
 #[cfg(target_arch = "wasm32")]
 pub mod opfs;

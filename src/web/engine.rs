@@ -18,6 +18,7 @@ use crate::engine::{Engine, EngineConfig, EngineError, EngineOptions, Env, ListO
 use crate::protocol::base64url;
 use crate::protocol::entropy::OsEntropy;
 use crate::protocol::Json;
+use crate::store::idb::PageStore;
 use crate::store::opfs::open_database;
 
 /// Default poll interval.
@@ -64,6 +65,9 @@ struct StorageInfo {
 }
 
 struct Inner {
+    /// The IndexedDB page store, when the database lives there (flushed after writes).
+    pages: Option<PageStore>,
+    db_name: String,
     /// `None` once closed: the database connection is dropped at close, not when the last
     /// background task lets go of `Inner`.
     engine: RefCell<Option<Rc<Engine>>>,
@@ -81,6 +85,16 @@ impl Inner {
     /// The engine, unless closed.
     fn current(&self) -> Option<Rc<Engine>> {
         self.engine.borrow().clone()
+    }
+
+    /// Makes what was written durable (IndexedDB storage; a no-op on OPFS and in memory).
+    async fn flush(&self) -> Result<(), JsValue> {
+        match &self.pages {
+            Some(p) => crate::store::idb::flush(p, &self.db_name).await.map_err(|e| {
+                js_error("STORAGE", &format!("{e}; the change is kept in memory and saved with the next write"))
+            }),
+            None => Ok(()),
+        }
     }
 }
 
@@ -162,48 +176,79 @@ fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
     to_json(v, name).map_err(bad_arg)
 }
 
-/// True for errors meaning this context has no usable OPFS at all (then memory is the only
-/// option), as opposed to OPFS being busy (another worker still holds the pool).
-fn opfs_unsupported(e: &str) -> bool {
-    ["require a supported dedicated worker", "NotSupported", "SecurityError", "is not a function", "undefined"]
-        .iter()
-        .any(|m| e.contains(m))
+/// True for an OPFS error meaning another worker (a closing tab) still holds the database's
+/// pool: worth waiting for, never a reason to fall back to another backend (that would fork
+/// the data).
+fn opfs_busy(e: &str) -> bool {
+    e.contains("NoModificationAllowed")
 }
 
 /// How long to wait for another worker (a closing leader tab) to release the OPFS pool.
 const OPFS_BUSY_WAIT_MS: u32 = 10_000;
 
-async fn open_storage(mode: &str, db_name: &str) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
-    if mode != "auto" && mode != "opfs" && mode != "memory" {
-        return Err(bad_arg(format!("storage {mode:?}: use \"auto\", \"opfs\" or \"memory\"")));
-    }
-    if mode == "memory" {
-        let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
-        return Ok((
-            conn,
-            StorageInfo { mode: "memory", durable: false, reason: Some("memory storage was requested".into()) },
-        ));
-    }
+fn storage_err(e: impl std::fmt::Display) -> JsValue {
+    js_error("STORAGE", &e.to_string())
+}
+
+/// Opens the database on OPFS, waiting while another worker still holds it.
+async fn open_opfs(db_name: &str) -> Result<rusqlite::Connection, String> {
     let mut waited = 0;
     loop {
         let e = match open_database(db_name).await {
-            Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
+            Ok(conn) => return Ok(conn),
             Err(e) => e.to_string(),
         };
-        if opfs_unsupported(&e) && mode == "auto" {
-            let conn = crate::store::open_memory().map_err(|e| js_error("STORAGE", &e.to_string()))?;
-            let reason = format!(
-                "OPFS is unavailable here ({e}); data lives in memory and is lost when the page closes \
-                 (private browsing and older browsers lack OPFS)"
-            );
-            return Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some(reason) }));
+        if !opfs_busy(&e) || waited >= OPFS_BUSY_WAIT_MS {
+            return Err(e);
         }
-        if opfs_unsupported(&e) || waited >= OPFS_BUSY_WAIT_MS {
-            return Err(js_error("STORAGE", &format!("OPFS storage is unavailable: {e}")));
-        }
-        // Busy: another worker (a closing tab) still holds the pool. Wait for it.
         sleep(200).await;
         waited += 200;
+    }
+}
+
+/// Opens the database: `opfs`, `idb` or `memory` as asked; `auto` takes the first that works of
+/// OPFS (sync access handles), IndexedDB (the mirror VFS) and memory, and says why in `reason`.
+async fn open_storage(
+    mode: &str,
+    db_name: &str,
+    pages: Option<&PageStore>,
+) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
+    let idb = |reason: Option<String>| async move {
+        let pages = pages.ok_or_else(|| "no IndexedDB page store was given".to_owned())?;
+        let conn = crate::store::idb::open_database(pages, db_name, crate::store::PAGE_SIZE)
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok::<_, String>((conn, StorageInfo { mode: "idb", durable: true, reason }))
+    };
+    let memory = |reason: String| {
+        let conn = crate::store::open_memory().map_err(storage_err)?;
+        Ok((conn, StorageInfo { mode: "memory", durable: false, reason: Some(reason) }))
+    };
+    match mode {
+        "memory" => memory("memory storage was requested".into()),
+        "opfs" => open_opfs(db_name)
+            .await
+            .map(|conn| (conn, StorageInfo { mode: "opfs", durable: true, reason: None }))
+            .map_err(|e| storage_err(format!("OPFS storage is unavailable: {e}"))),
+        "idb" => idb(None).await.map_err(|e| storage_err(format!("IndexedDB storage is unavailable: {e}"))),
+        "auto" => {
+            let opfs_error = match open_opfs(db_name).await {
+                Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
+                Err(e) if opfs_busy(&e) => {
+                    return Err(storage_err(format!("another tab still holds {db_name:?} on OPFS: {e}")))
+                }
+                Err(e) => e,
+            };
+            let why = format!("OPFS sync access handles are unavailable here ({opfs_error})");
+            match idb(Some(format!("{why}; the database lives in IndexedDB"))).await {
+                Ok(opened) => Ok(opened),
+                Err(idb_error) => memory(format!(
+                    "{why}, and so is IndexedDB ({idb_error}); data lives in memory and is lost when the page \
+                     closes"
+                )),
+            }
+        }
+        other => Err(bad_arg(format!("storage {other:?}: use \"auto\", \"opfs\", \"idb\" or \"memory\""))),
     }
 }
 
@@ -216,6 +261,7 @@ fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
         if !inner.closed.get() {
             if let Some(e) = inner.current() {
                 let _ = e.sync_queued(trigger).await;
+                let _ = inner.flush().await;
             }
         }
     });
@@ -227,7 +273,12 @@ impl WebEngine {
     /// storage?, maxEventBytes?, maxBlobBytes?, requestTimeoutMs?}`. Without `secret`, the
     /// secret stored in the database (sealed by `custody`) is used; with `custody`, the secret
     /// the engine runs with is stored sealed on every open (durable storage only).
-    pub async fn open(secret: Option<String>, options: JsValue, custody: JsValue) -> Result<WebEngine, JsValue> {
+    pub async fn open(
+        secret: Option<String>,
+        options: JsValue,
+        custody: JsValue,
+        pages: JsValue,
+    ) -> Result<WebEngine, JsValue> {
         let opts: OpenOptions =
             serde_wasm_bindgen::from_value(options).map_err(|e| bad_arg(format!("options: {e}")))?;
         let custody = Custody::from_js(&custody)?;
@@ -240,7 +291,13 @@ impl WebEngine {
         {
             return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/', '\\' or NUL, not '.' or '..'")));
         }
-        let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name).await?;
+        let pages = if pages.is_undefined() || pages.is_null() {
+            None
+        } else {
+            Some(PageStore::from_js(&pages).map_err(|e| bad_arg(e.to_string()))?)
+        };
+        let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name, pages.as_ref()).await?;
+        let pages = pages.filter(|_| storage.mode == "idb");
         let secret = match (secret, &custody) {
             (Some(s), _) => s,
             (None, Some(c)) => match crate::engine::stored_wrapped_secret(&conn).map_err(err)? {
@@ -264,8 +321,13 @@ impl WebEngine {
             let wrapped = c.wrap(&engine.recovery_secret()).await?;
             engine.set_wrapped_secret(&wrapped).map_err(err)?;
         }
+        if let Some(p) = &pages {
+            crate::store::idb::flush(p, &db_name).await.map_err(storage_err)?;
+        }
         let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
         let inner = Rc::new(Inner {
+            pages,
+            db_name,
             engine: RefCell::new(Some(Rc::new(engine))),
             storage,
             custody,
@@ -288,6 +350,7 @@ impl WebEngine {
                     }
                     if let Some(e) = poller.current() {
                         let _ = e.sync_queued(SyncTrigger::Poll).await;
+                        let _ = poller.flush().await;
                     }
                 }
             });
@@ -314,6 +377,7 @@ impl WebEngine {
             if !inner.closed.get() {
                 if let Some(e) = inner.current() {
                     let _ = e.sync_queued(SyncTrigger::Write).await;
+                    let _ = inner.flush().await;
                 }
             }
         });
@@ -631,6 +695,12 @@ impl WebEngine {
         self.inner.engine.borrow_mut().take();
     }
 
+    /// Resolves once everything written so far is durable (the worker awaits it after every
+    /// call; a no-op unless the database lives in IndexedDB).
+    pub async fn flush(&self) -> Result<(), JsValue> {
+        self.inner.flush().await
+    }
+
     fn engine(&self) -> Result<Rc<Engine>, JsValue> {
         self.inner.current().ok_or_else(|| js_error("CLOSED", "the engine is closed"))
     }
@@ -642,10 +712,11 @@ impl WebEngine {
     }
 }
 
-/// Deletes the files of database `dbName` (OPFS pool of this worker). Close and free the
-/// engine first.
+/// Deletes the files of database `dbName` (OPFS pool of this worker) and forgets its
+/// IndexedDB mirror. Close and free the engine first.
 #[wasm_bindgen(js_name = wipeDatabase)]
 pub fn wipe_database(db_name: String) -> Result<(), JsValue> {
+    crate::store::idb::forget(&db_name);
     crate::store::opfs::wipe_database(&db_name).map_err(|e| js_error("STORAGE", &e.to_string()))
 }
 

@@ -150,20 +150,47 @@ test('two tabs of one origin share the engine with no lost or duplicated writes,
   await context.close();
 });
 
-test('a context without OPFS falls back to memory and says so', async () => {
+/** A browser context whose worker lacks OPFS (and, with `noIdb`, IndexedDB too). */
+async function crippled(noIdb) {
   const context = await browser.newContext();
-  // This browser "has no OPFS": the worker script loses navigator.storage.getDirectory.
+  let prelude = 'Object.defineProperty(StorageManager.prototype, "getDirectory", { value: undefined });\n';
+  if (noIdb) prelude += 'Object.defineProperty(self, "indexedDB", { value: undefined });\n';
   await context.route(/\/assets\/worker-[^/]*\.js$/, async (route) => {
     const response = await route.fetch();
-    const body = 'Object.defineProperty(StorageManager.prototype, "getDirectory", { value: undefined });\n' + (await response.text());
-    await route.fulfill({ response, body });
+    await route.fulfill({ response, body: prelude + (await response.text()) });
   });
+  return context;
+}
+
+test('without OPFS sync access handles the engine lives in IndexedDB, durably', async () => {
+  const context = await crippled(false);
   const page = await openApp(context, server.url);
   const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
-  const info = await open(page, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'no-opfs.db' });
+  const opts = { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'no-opfs.db' };
+  const info = await open(page, opts);
+  assert.equal(info.storage.mode, 'idb');
+  assert.equal(info.storage.durable, true);
+  assert.match(info.storage.reason, /OPFS sync access handles are unavailable/);
+  await page.evaluate(() => window.engine.insert('todos', { id: 'i', title: 'kept in IndexedDB' }));
+  await page.evaluate(() => window.engine.sync());
+  // A reload (a new worker) finds it: the database is in IndexedDB, the secret in custody.
+  await page.reload();
+  await page.waitForFunction(() => window.simplysync);
+  const again = await open(page, { ...opts, secret: undefined });
+  assert.deepEqual([again.storage.mode, again.ownerId], ['idb', info.ownerId]);
+  assert.deepEqual(await titles(page), ['kept in IndexedDB']);
+  await page.evaluate(() => window.engine.resetLocalData());
+  await context.close();
+});
+
+test('without OPFS or IndexedDB the engine runs in memory and says so', async () => {
+  const context = await crippled(true);
+  const page = await openApp(context, server.url);
+  const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
+  const info = await open(page, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'no-storage.db' });
   assert.equal(info.storage.mode, 'memory');
   assert.equal(info.storage.durable, false);
-  assert.match(info.storage.reason, /OPFS is unavailable/);
+  assert.match(info.storage.reason, /OPFS sync access handles are unavailable.*and so is IndexedDB/);
   await page.evaluate(() => window.engine.insert('todos', { id: 'm', title: 'still works' }));
   assert.deepEqual(await titles(page), ['still works']);
   await context.close();
