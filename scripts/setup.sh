@@ -10,6 +10,7 @@
 set -Eeuo pipefail
 
 WASM_BINDGEN_VERSION="0.2.129"
+GECKODRIVER_VERSION="0.37.1"
 WASM_PACK_VERSION="0.15.1"
 BINARYEN_NPM_VERSION="132.0.0"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -31,9 +32,12 @@ command -v rustup >/dev/null || die "rustup not found"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
-step "apt: chromium, chromium-driver, clang, llvm"
+step "apt: chromium, chromium-driver, clang, llvm, firefox-esr, WebKitGTK's WebDriver stack"
 need_apt=""
-for p in chromium chromium-driver clang llvm; do
+# firefox-esr: the Rust browser suite and the packed-package tests in Firefox (via geckodriver).
+# webkit2gtk-driver + xvfb + python3-gi + gir1.2-webkit2-4.1: WebKitWebDriver driving our small
+# WebKitGTK test browser (tests/browser-js/webkit/browser.py) on an Xvfb display.
+for p in chromium chromium-driver clang llvm firefox-esr webkit2gtk-driver xvfb python3-gi gir1.2-webkit2-4.1; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
 done
 if [ -n "$need_apt" ]; then
@@ -48,6 +52,7 @@ else
   echo "already installed"
 fi
 [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die "chromium/chromedriver missing after install"
+[ -x /usr/bin/firefox-esr ] && [ -x /usr/bin/WebKitWebDriver ] && command -v Xvfb >/dev/null || die "firefox-esr/WebKitWebDriver/Xvfb missing after install"
 if dpkg -s binaryen >/dev/null 2>&1; then
   echo "WARNING: Debian's binaryen (wasm-opt 108) is installed; it corrupts wasm-bindgen output."
   echo "         This project never lets wasm-pack run wasm-opt and uses $TOOLS's wasm-opt instead."
@@ -76,6 +81,13 @@ else
   cargo install --locked --force wasm-pack --version "$WASM_PACK_VERSION"
 fi
 
+step "cargo install geckodriver $GECKODRIVER_VERSION"
+if [ -x "$BIN_DIR/geckodriver" ] && [ "$("$BIN_DIR/geckodriver" --version 2>/dev/null | awk 'NR==1{print $2}')" = "$GECKODRIVER_VERSION" ]; then
+  echo "already installed"
+else
+  cargo install --locked --force geckodriver --version "$GECKODRIVER_VERSION"
+fi
+
 step "npm tools in $TOOLS: binaryen@$BINARYEN_NPM_VERSION (wasm-opt), node test deps"
 $SUDO mkdir -p "$TOOLS"
 if [ "$("$TOOLS/node_modules/.bin/wasm-opt" --version 2>/dev/null | awk '{print $3}')" = "${BINARYEN_NPM_VERSION%%.*}" ]; then
@@ -96,6 +108,8 @@ for b in wasm-bindgen wasm-bindgen-test-runner wasm-pack; do [ -x "$BIN_DIR/$b" 
 echo "wasm-bindgen: $("$BIN_DIR/wasm-bindgen" --version)"
 echo "wasm-pack:    $("$BIN_DIR/wasm-pack" --version)"
 echo "chromium:     $(/usr/bin/chromium --version 2>/dev/null | head -1)"
+echo "firefox:      $(/usr/bin/firefox-esr --version 2>/dev/null | head -1)"
+echo "geckodriver:  $("$BIN_DIR/geckodriver" --version | head -1)"
 echo "clang:        $(clang --version | sed -n 1p)"
 echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
 echo "setup.sh: OK in $((SECONDS - t0)) s"

@@ -55,6 +55,10 @@ echo "test relay: $SIMPLYSYNC_TEST_RELAY, stalled listener: $SIMPLYSYNC_TEST_STA
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
   wasm-pack test --headless --chrome --mode no-install -- --locked
 
+stage "browser tests again in Firefox ESR (geckodriver)"
+WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
+  wasm-pack test --headless --firefox --geckodriver "${CARGO_HOME:-$HOME/.cargo}/bin/geckodriver" --mode no-install -- --locked
+
 stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
 bash scripts/build-pkg.sh >/dev/null
 (cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs bundlers.test.mjs)
@@ -63,6 +67,9 @@ echo "TypeScript: the declarations type a strict app using the whole API"
 
 stage "example-web end to end (devices, offline, restore, tabs; screenshots in test-results/example/)"
 (cd tests/browser-js && node --test --test-concurrency=1 example.test.mjs)
+
+stage "every engine: the packed package and the example page in Firefox ESR and WebKitGTK (two ways)"
+(cd tests/browser-js && node --test --test-concurrency=1 engines.test.mjs)
 
 echo
 echo "all checks passed in $((SECONDS - t0)) s"
