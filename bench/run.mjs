@@ -3,7 +3,7 @@
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
 //   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build]
 import { execFileSync, spawn } from 'node:child_process';
-import { createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -32,6 +32,8 @@ if (!process.argv.includes('--skip-build')) {
   sh('cargo', ['build', '--release', '--locked', '-p', 'simplysync-relay']);
   sh('cargo', ['build', '--release', '--locked', '--example', 'bench_seed']);
 }
+// The IndexedDB page store the package ships, for the IndexedDB runs.
+copyFileSync(path.join(root, 'js/idb-pages.js'), path.join(here, 'pkg/idb-pages.js'));
 
 // A release relay on a fresh database.
 const dbDir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-relay-'));
@@ -67,6 +69,7 @@ const browser = await chromium.launch({
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
 });
 let data;
+let webkit;
 try {
   const p = await (await browser.newContext()).newPage();
   p.on('console', (m) => console.error('page:', m.text()));
@@ -74,8 +77,27 @@ try {
   await p.goto(`${page}?${q}`);
   await p.waitForFunction(() => window.benchResults, null, { timeout: 20 * 60 * 1000, polling: 500 });
   data = await p.evaluate(() => window.benchResults);
-} finally {
   await browser.close();
+  if (!arg('only', '') && !process.argv.includes('--no-webkit')) {
+    // The IndexedDB storage where it is the one 'auto' picks: WebKitGTK with Safari's storage
+    // APIs (its createSyncAccessHandle answers NotSupportedError), over WebDriver.
+    console.error('WebKitGTK: IndexedDB storage…');
+    const { Driver, startXvfb } = await import(path.join(root, 'tests/browser-js/webdriver.mjs'));
+    const xvfb = await startXvfb();
+    const driver = await Driver.start('webkit', { display: xvfb.display });
+    try {
+      const s = await driver.session({ safariFeatures: true });
+      await s.navigate(`${page}?${new URLSearchParams({ relay, restoreSecret: seeded.secret, runs: String(runs), only: 'idb' })}`);
+      webkit = await s.until(() => window.benchResults, 'the WebKitGTK results', 20 * 60 * 1000);
+      await s.quit();
+    } finally {
+      driver.stop();
+      xvfb.stop();
+    }
+    if (webkit.error) throw new Error(`WebKitGTK: ${webkit.error}`);
+  }
+} finally {
+  await browser.close().catch(() => {});
   server.close();
   relayProc.kill();
 }
@@ -107,6 +129,16 @@ const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);
 row('bulk: 10,000 bare INSERTs in one transaction, rows/s', spread(rawRate), 'the floor');
 row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
 row('seal (encrypt pending intents), events/s', spread(sealRate));
+if (r.localWriteIdb) {
+  const rawI = r.localWriteIdb.map((x) => median(x.raw));
+  const engI = r.localWriteIdb.map((x) => median(x.engine));
+  row('IndexedDB storage: local write, bare INSERT + flush p50 / p99, ms', `${spread(rawI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.raw, 99)), 3)}`, 'the floor on IndexedDB');
+  row('IndexedDB storage: local write, engine mutation + flush p50 / p99, ms', `${spread(engI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.engine, 99)), 3)}`, `ratio engine/raw p50 ${fmt(median(engI.map((e, i) => e / rawI[i])), 2)}; vs OPFS engine p50 ×${fmt(median(engI) / median(engP50), 1)}`);
+  const rawRateI = r.bulkIdb.map((x) => (10000 / x.rawMs) * 1000);
+  const engRateI = r.bulkIdb.map((x) => (10000 / x.engineMs) * 1000);
+  row('IndexedDB storage: bulk 10,000 bare INSERTs + flush, rows/s', spread(rawRateI));
+  row('IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(engRateI), `vs OPFS ×${fmt(median(engRateI) / median(engRate), 2)}`);
+}
 for (const [size, a] of Object.entries(r.aes)) {
   const mbs = (xs) => xs.map((x) => x / 1000);
   const w = mbs(a.wasm);
@@ -123,10 +155,23 @@ if (r.restore) {
   const total = t.ms;
   const share = (ms) => `${fmt(ms)} ms (${fmt((ms / total) * 100)}%)`;
   row('restore: where the time goes (median run)', `HTTP ${share(t.timings.httpMs)}, JSON ${share(t.timings.parseMs)}, decrypt+validate ${share(t.timings.decryptMs)}, SQLite ${share(t.timings.applyMs)}`, `total ${fmt(total)} ms`);
+  if (r.restoreIdb) {
+    const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);
+    row(`IndexedDB storage: restore ${fmt(r.restoreIdb[0].events)} events + flush, events/s`, spread(rateI), `vs OPFS ×${fmt(median(rateI) / median(rate), 2)}`);
+  }
   row('sync latency, write on A → on B, sync() on both, ms (p50 / p90)', `${fmt(median(r.syncLatency), 1)} / ${fmt(pct(r.syncLatency, 90), 1)}`, `${r.syncLatency.length} samples`);
   row('sync latency with default polling (5 s) on B, ms', spread(r.pollLatency), `${r.pollLatency.length} samples`);
 }
-const table = ['| measurement (headless Chromium, dedicated worker, OPFS) | median [min–max] | note |', '|---|---|---|', ...rows].join('\n');
+if (webkit) {
+  const w = webkit.results;
+  const rawI = w.localWriteIdb.map((x) => median(x.raw));
+  const engI = w.localWriteIdb.map((x) => median(x.engine));
+  row('WebKitGTK, IndexedDB storage: local write, bare INSERT + flush p50 / p99, ms', `${spread(rawI, 3)} / ${spread(w.localWriteIdb.map((x) => pct(x.raw, 99)), 3)}`, 'the floor there');
+  row('WebKitGTK, IndexedDB storage: local write, engine mutation + flush p50 / p99, ms', `${spread(engI, 3)} / ${spread(w.localWriteIdb.map((x) => pct(x.engine, 99)), 3)}`, `ratio engine/raw p50 ${fmt(median(engI.map((e, i) => e / rawI[i])), 2)}`);
+  row('WebKitGTK, IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(w.bulkIdb.map((x) => (10000 / x.engineMs) * 1000)), `bare INSERTs: ${spread(w.bulkIdb.map((x) => (10000 / x.rawMs) * 1000))}`);
+  row(`WebKitGTK, IndexedDB storage: restore ${fmt(w.restoreIdb[0].events)} events + flush, events/s`, spread(w.restoreIdb.map((x) => (x.events / x.ms) * 1000)));
+}
+const table = ['| measurement (headless Chromium, dedicated worker; OPFS unless it says IndexedDB; WebKitGTK rows: WebKitGTK 2.50 under Xvfb) | median [min–max] | note |', '|---|---|---|', ...rows].join('\n');
 console.log(table);
-writeFileSync(path.join(target, 'bench-results.json'), JSON.stringify({ when: new Date().toISOString(), runs, relay: 'release, loopback', results: r }, null, 2));
+writeFileSync(path.join(target, 'bench-results.json'), JSON.stringify({ when: new Date().toISOString(), runs, relay: 'release, loopback', results: r, webkit: webkit?.results }, null, 2));
 console.error(`raw samples: ${path.join(target, 'bench-results.json')}`);

@@ -1,6 +1,7 @@
 // Runs every browser benchmark in a dedicated worker (OPFS lives only here) and posts raw
 // samples back. Each measurement is repeated `runs` times after one discarded warm-up run.
 import init, * as bench from './pkg/simplysync.js';
+import { pageStore } from './pkg/idb-pages.js';
 
 const log = (text) => self.postMessage({ log: text });
 
@@ -45,10 +46,27 @@ self.onmessage = async ({ data }) => {
       self.postMessage({ results: { journal: await bench.benchJournalModes(100) } });
       return;
     }
+    if (data.only === 'idb') {
+      // Only the IndexedDB storage (e.g. in WebKit, which has no OPFS sync access handles).
+      log('local writes, IndexedDB');
+      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
+      log('bulk writes, IndexedDB');
+      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
+      log('restore, IndexedDB');
+      results.restoreIdb = [];
+      for (let i = 0; i < Math.min(runs, 3); i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
+      self.postMessage({ results });
+      return;
+    }
     log('local writes');
     results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
     log('bulk writes');
     results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+    // The same on the IndexedDB storage (the fallback where OPFS sync access handles are missing).
+    log('local writes, IndexedDB');
+    results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
+    log('bulk writes, IndexedDB');
+    results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
     log('aes');
     results.aes = {};
     for (const size of [1024, 262144]) {
@@ -63,6 +81,9 @@ self.onmessage = async ({ data }) => {
       // Each run restores into a fresh database; the warm-up run is skipped (it would be a full restore too).
       results.restore = [];
       for (let i = 0; i < Math.min(runs, 3); i++) results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
+      log('restore, IndexedDB');
+      results.restoreIdb = [];
+      for (let i = 0; i < Math.min(runs, 3); i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
       log('sync latency');
       results.syncLatency = await bench.benchSyncLatency(data.latencySecret, data.relay, 30);
       log('poll latency');

@@ -49,14 +49,18 @@ export interface EngineOptions {
   /** Relay base URLs. Each URL is an opaque key: a trailing slash makes a different relay. */
   relays: string[];
   schema: Schema;
-  /** The database file in OPFS. Default `simplysync.db`. Tabs with the same name share one engine. */
+  /** The database's name (its OPFS directory or IndexedDB store). Default `simplysync.db`. Tabs with the same name share one engine. */
   dbName?: string;
   /** Poll interval in ms. Default 5000. */
   syncIntervalMs?: number;
   /** `false` turns off every automatic pass (timer, after writes, at boot, on focus/online); {@link Engine.sync} still works. Default true. */
   autoSync?: boolean;
-  /** `auto` (default: OPFS, else memory — reported by {@link Engine.storage}), `opfs` (fail without it) or `memory`. */
-  storage?: 'auto' | 'opfs' | 'memory';
+  /**
+   * Where the database lives. `auto` (default) tries OPFS, then IndexedDB, then memory, and
+   * reports what it picked and why in {@link Engine.storage}; `opfs` and `idb` fail with
+   * `STORAGE` instead of falling back; `memory` is not durable.
+   */
+  storage?: 'auto' | 'opfs' | 'idb' | 'memory';
   /**
    * The largest event (sealed row version, as stored JSON) your relays accept: their
    * `MAX_EVENT_BYTES`. A write whose event would be larger fails with `ROW_TOO_LARGE`.
@@ -258,9 +262,13 @@ export interface HeldEvent {
   at: number | null;
 }
 
-/** Where the database lives. `memory` is not durable: `reason` says why OPFS was not used. */
+/**
+ * Where the database lives: `opfs` (OPFS sync access handles), `idb` (IndexedDB: durable, held
+ * in memory and saved after each write) or `memory` (not durable). `reason` says why a fallback
+ * was used (null on OPFS).
+ */
 export interface StorageInfo {
-  mode: 'opfs' | 'memory';
+  mode: 'opfs' | 'idb' | 'memory';
   durable: boolean;
   reason: string | null;
   /**

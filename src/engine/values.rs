@@ -97,6 +97,15 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_refused_value_is_described_by_what_it_is() {
+        let got = |t, v: Json| to_sql("todos", "title", t, &v).unwrap_err().got;
+        assert_eq!(got(ColumnType::Text, parse_json(r#""\ud800""#).unwrap()), "a string with a lone surrogate");
+        assert_eq!(got(ColumnType::Integer, Json::from("7")), "string");
+        assert_eq!(got(ColumnType::Integer, Json::from(1.5)), "the number 1.5");
+        assert_eq!(got(ColumnType::Boolean, Json::from(1.0)), "the number 1");
+    }
+
+    #[test]
     fn values_round_trip_through_their_column_types() {
         let cases = [
             (ColumnType::Text, Json::from("héllo")),

@@ -1,6 +1,8 @@
 //! Browser benchmarks (feature `bench`; driven by `bench/run.mjs`). Each function measures one
-//! thing in the dedicated worker, on OPFS, and returns raw samples; the driver repeats runs and
-//! computes medians and spreads. Nothing here is a test.
+//! thing in the dedicated worker, on OPFS — or, given an IndexedDB page store, on the IndexedDB
+//! storage, where a write counts as done once its flush committed (as the package acknowledges
+//! it) — and returns raw samples; the driver repeats runs and computes medians and spreads.
+//! Nothing here is a test.
 
 use std::rc::Rc;
 
@@ -15,6 +17,7 @@ use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
 use crate::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
 use crate::protocol::entropy::{random_bytes, OsEntropy};
 use crate::protocol::{base64url, Json};
+use crate::store::idb::{self, PageStore};
 use crate::store::opfs::open_database;
 
 const KEY: &str = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
@@ -49,9 +52,47 @@ async fn connection(tag: &str) -> Result<rusqlite::Connection, JsValue> {
     open_database(&unique(tag)).await.map_err(js_err)
 }
 
+/// Where a benchmark's databases live: OPFS, or IndexedDB through `pages` (a `{load, store}`
+/// page store from `js/idb-pages.js`).
+struct Storage(Option<PageStore>);
+
+impl Storage {
+    fn from_js(pages: &JsValue) -> Result<Storage, JsValue> {
+        if pages.is_undefined() || pages.is_null() {
+            return Ok(Storage(None));
+        }
+        Ok(Storage(Some(PageStore::from_js(pages).map_err(js_err)?)))
+    }
+
+    /// A new database and its name.
+    async fn open(&self, tag: &str) -> Result<(rusqlite::Connection, String), JsValue> {
+        let name = unique(tag);
+        let conn = match &self.0 {
+            None => open_database(&name).await,
+            Some(p) => idb::open_database(p, &name, crate::store::PAGE_SIZE).await,
+        };
+        Ok((conn.map_err(js_err)?, name))
+    }
+
+    /// Makes `name`'s writes durable (IndexedDB: its flush; OPFS commits are durable already).
+    async fn durable(&self, name: &str) -> Result<(), JsValue> {
+        match &self.0 {
+            None => Ok(()),
+            Some(p) => idb::flush(p, name).await.map_err(js_err),
+        }
+    }
+
+    async fn engine(&self, secret: &str, relays: Vec<String>, tag: &str) -> Result<(Engine, String), JsValue> {
+        let (conn, name) = self.open(tag).await?;
+        let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
+        let e = Engine::open(conn, EngineConfig::new(secret, relays, schema()), env).map_err(js_err)?;
+        self.durable(&name).await?;
+        Ok((e, name))
+    }
+}
+
 async fn engine(secret: &str, relays: Vec<String>, tag: &str) -> Result<Engine, JsValue> {
-    let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
-    Engine::open(connection(tag).await?, EngineConfig::new(secret, relays, schema()), env).map_err(js_err)
+    Ok(Storage(None).engine(secret, relays, tag).await?.0)
 }
 
 fn todo(i: u32) -> Json {
@@ -64,10 +105,11 @@ fn todo(i: u32) -> Json {
 }
 
 /// `n` durable single-row writes: a bare autocommit INSERT (the floor) and an engine insert
-/// (row + outbox intent in one transaction). Latencies in ms.
+/// (row + outbox intent in one transaction). Latencies in ms. `pages`: see [`Storage`].
 #[wasm_bindgen(js_name = benchLocalWrite)]
-pub async fn bench_local_write(n: u32) -> Result<JsValue, JsValue> {
-    let raw = connection("raw-single").await?;
+pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
+    let storage = Storage::from_js(&pages)?;
+    let (raw, raw_name) = storage.open("raw-single").await?;
     raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
         .map_err(js_err)?;
     let mut raw_ms = Vec::with_capacity(n as usize);
@@ -76,13 +118,15 @@ pub async fn bench_local_write(n: u32) -> Result<JsValue, JsValue> {
         raw.prepare_cached("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)")
             .and_then(|mut s| s.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i]))
             .map_err(js_err)?;
+        storage.durable(&raw_name).await?;
         raw_ms.push(now() - t0);
     }
-    let e = engine(KEY, vec![], "engine-single").await?;
+    let (e, name) = storage.engine(KEY, vec![], "engine-single").await?;
     let mut engine_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t0 = now();
         e.insert("todos", todo(i)).map_err(js_err)?;
+        storage.durable(&name).await?;
         engine_ms.push(now() - t0);
     }
     Ok(serde_to_js(&serde_json::json!({ "raw": raw_ms, "engine": engine_ms })))
@@ -90,8 +134,9 @@ pub async fn bench_local_write(n: u32) -> Result<JsValue, JsValue> {
 
 /// `n` rows in one transaction: bare prepared INSERTs vs engine mutations. Durations in ms.
 #[wasm_bindgen(js_name = benchBulk)]
-pub async fn bench_bulk(n: u32) -> Result<JsValue, JsValue> {
-    let mut raw = connection("raw-bulk").await?;
+pub async fn bench_bulk(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
+    let storage = Storage::from_js(&pages)?;
+    let (mut raw, raw_name) = storage.open("raw-bulk").await?;
     raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
         .map_err(js_err)?;
     let t0 = now();
@@ -110,11 +155,13 @@ pub async fn bench_bulk(n: u32) -> Result<JsValue, JsValue> {
         }
     }
     tx.commit().map_err(js_err)?;
+    storage.durable(&raw_name).await?;
     let raw_ms = now() - t0;
-    let e = engine(KEY, vec![], "engine-bulk").await?;
+    let (e, name) = storage.engine(KEY, vec![], "engine-bulk").await?;
     let ops: Vec<Op> = (0..n).map(|i| Op::Insert { table: "todos".into(), row: todo(i) }).collect();
     let t0 = now();
     e.transaction(&ops).map_err(js_err)?;
+    storage.durable(&name).await?;
     let engine_ms = now() - t0;
     let t0 = now();
     let sealed = e.seal_pending_outbox().map_err(js_err)?;
@@ -139,10 +186,12 @@ pub fn bench_aes(size: u32, min_ms: f64) -> f64 {
 
 /// A fresh device restores everything `secret` has on `relay`.
 #[wasm_bindgen(js_name = benchRestore)]
-pub async fn bench_restore(secret: String, relay: String) -> Result<JsValue, JsValue> {
-    let e = engine(&secret, vec![relay], "restore").await?;
+pub async fn bench_restore(secret: String, relay: String, pages: JsValue) -> Result<JsValue, JsValue> {
+    let storage = Storage::from_js(&pages)?;
+    let (e, name) = storage.engine(&secret, vec![relay], "restore").await?;
     let t0 = now();
     let report = e.sync(SyncTrigger::Manual).await.map_err(js_err)?;
+    storage.durable(&name).await?;
     let ms = now() - t0;
     let r = &report.relays[0];
     if let Some(err) = &r.error {

@@ -62,7 +62,7 @@ const ENGINES = [
 ];
 
 for (const engine of ENGINES) {
-  test(`${engine.name}: two devices, a reload, offline and online, and two tabs`, async () => {
+  test(`${engine.name}: two devices, a reload, offline and online, and two tabs`, async (t) => {
     const proxy = await relayProxy();
     // One driver per device: WebKitWebDriver runs one session at a time.
     const device = async () => {
@@ -78,7 +78,7 @@ for (const engine of ENGINES) {
         async (o) => {
           window.engine = await window.simplysync.createEngine(o);
           const storage = await window.engine.storage();
-          return { ownerId: window.engine.ownerId, role: window.engine.role, mode: storage.mode, durable: storage.durable, reason: storage.reason };
+          return { ownerId: window.engine.ownerId, role: window.engine.role, mode: storage.mode, durable: storage.durable, reason: storage.reason, persisted: storage.persisted };
         },
         { secret, relays: [proxy.url], schema: SCHEMA, dbName: 'engines.db', syncIntervalMs: 400, openTimeoutMs: 30000 },
       );
@@ -90,6 +90,7 @@ for (const engine of ENGINES) {
     const first = await open(a, phrase);
     assert.equal(first.mode, engine.storage, first.reason ?? '');
     assert.equal(first.durable, true);
+    t.diagnostic(`storage: ${first.mode}, reason: ${first.reason}, persist(): ${first.persisted}`);
     await a.run(async () => {
       await window.engine.insert('todos', { id: '1', title: 'one' });
       await window.engine.insert('todos', { id: '2', title: 'two' });

@@ -28,7 +28,7 @@ const open = (page, opts) =>
 const titles = (page) =>
   page.evaluate(async () => (await window.engine.list('todos', { orderBy: 'id' })).map((r) => r.title));
 
-test('the packed package runs in a Vite app: an engine on OPFS writes, reads and syncs', async () => {
+test('the packed package runs in a Vite app: an engine on OPFS writes, reads and syncs', async (t) => {
   const context = await browser.newContext();
   const page = await openApp(context, server.url);
   const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
@@ -36,6 +36,7 @@ test('the packed package runs in a Vite app: an engine on OPFS writes, reads and
   assert.equal(info.storage.mode, 'opfs');
   assert.equal(info.storage.durable, true);
   assert.equal(info.role, 'leader');
+  t.diagnostic(`persist(): ${info.storage.persisted}`);
   const result = await page.evaluate(async () => {
     const e = window.engine;
     await e.insert('todos', { id: 'a', title: 'milk', done: false });
@@ -180,6 +181,43 @@ test('without OPFS sync access handles the engine lives in IndexedDB, durably', 
   assert.deepEqual([again.storage.mode, again.ownerId], ['idb', info.ownerId]);
   assert.deepEqual(await titles(page), ['kept in IndexedDB']);
   await page.evaluate(() => window.engine.resetLocalData());
+  await context.close();
+});
+
+test('without Web Locks or BroadcastChannel each tab runs its own engine, and a second writer of one IndexedDB store is refused, losing nothing', async () => {
+  const context = await crippled(false);
+  await context.addInitScript(() => {
+    Object.defineProperty(Navigator.prototype, 'locks', { value: undefined });
+    delete globalThis.BroadcastChannel;
+  });
+  const tab1 = await openApp(context, server.url);
+  const phrase = await tab1.evaluate(() => window.simplysync.createMnemonic());
+  const opts = { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'no-locks.db' };
+  const first = await open(tab1, opts);
+  assert.deepEqual([first.role, first.storage.mode], ['leader', 'idb'], 'the tab runs the engine itself');
+  await tab1.evaluate(() => window.engine.insert('todos', { id: '1', title: 'first tab' }));
+
+  // A second tab opens the same database: it loads what the first saved, and runs its own copy.
+  const tab2 = await openApp(context, server.url);
+  const second = await open(tab2, { ...opts, secret: undefined });
+  assert.deepEqual([second.role, second.ownerId], ['leader', first.ownerId]);
+  assert.deepEqual(await titles(tab2), ['first tab']);
+  await tab2.evaluate(() => window.engine.insert('todos', { id: '2', title: 'second tab' }));
+
+  // The first tab writes again: its store is no longer the one it loaded, so it is told, and
+  // overwrites nothing.
+  const refused = await tab1.evaluate(() =>
+    window.engine.insert('todos', { id: '3', title: 'stale tab' }).then(() => 'saved', (e) => `${e.code}: ${e.message}`),
+  );
+  assert.match(refused, /^STORAGE: .*another tab or window wrote database no-locks\.db/);
+
+  // What the second tab saved is intact: a fresh page reads both its rows.
+  await tab1.close();
+  await tab2.close();
+  const tab3 = await openApp(context, server.url);
+  await open(tab3, { ...opts, secret: undefined });
+  assert.deepEqual(await titles(tab3), ['first tab', 'second tab']);
+  await tab3.evaluate(() => window.engine.resetLocalData());
   await context.close();
 });
 

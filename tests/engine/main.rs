@@ -8,6 +8,7 @@ mod cli_sync;
 mod convergence;
 mod failures;
 mod hostile;
+mod listeners;
 mod property;
 mod purge_rekey_blobs;
 mod recovery;
