@@ -22,7 +22,7 @@ export async function app(): Promise<void> {
     const reopened: Engine = await createEngine({ relays: [], schema, dbName: 'todos.db' });
     await reopened.close();
   }
-  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'auto', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000 });
+  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'idb', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000 });
   const row: Row = await engine.insert('todos', { id: 'a', title: 'milk', done: false });
   const updated: Row = await engine.update('todos', row.id, { done: true });
   await engine.upsert('todos', { id: 'b', title: null });
@@ -51,7 +51,7 @@ export async function app(): Promise<void> {
   const url: string = await engine.getBlobUrl(manifest.blobId);
   const phrase: string = await engine.showRecoveryPhrase();
   const storage = await engine.storage();
-  const mode: 'opfs' | 'memory' = storage.mode;
+  const mode: 'opfs' | 'idb' | 'memory' = storage.mode;
   console.log(statuses.length, purged, bytes.length, chunk.length, url, phrase, mode, await engine.quarantined(), await engine.deferred());
   await engine.retryQuarantined();
   await engine.rekey(await createMnemonic());
