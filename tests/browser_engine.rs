@@ -56,6 +56,14 @@ async fn fetch_text(url: &str) -> String {
     JsFuture::from(resp.text().unwrap()).await.unwrap().as_string().unwrap()
 }
 
+async fn events_accepted() -> u64 {
+    let text = fetch_text(&format!("{RELAY}/metrics")).await;
+    text.lines()
+        .find(|l| l.starts_with("simplysync_relay_events_accepted_total "))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .unwrap()
+}
+
 async fn events_requests() -> u64 {
     let text = fetch_text(&format!("{RELAY}/metrics")).await;
     text.lines()
@@ -172,7 +180,29 @@ async fn a_stalled_relay_times_out_in_the_browser_while_the_other_relay_syncs() 
     Reflect::set(&opts, &"requestTimeoutMs".into(), &1500.into()).unwrap();
     let e = open(secret, opts).await.unwrap();
     e.insert("todos".into(), js(r#"{"id": "1", "title": "x"}"#)).unwrap();
-    let report = e.sync().await.unwrap();
+    // Relays sync side by side: the good relay has the event long before the pass ends (which
+    // waits for the stalled relay's timeout). One after the other, it would come at the end.
+    let now = || js_sys::Date::now();
+    let before = events_accepted().await;
+    let (seen_at, done_at) = (std::cell::Cell::new(None), std::cell::Cell::new(None));
+    let pass = async {
+        let r = e.sync().await;
+        done_at.set(Some(now()));
+        r
+    };
+    let watch = async {
+        while done_at.get().is_none() {
+            if events_accepted().await > before {
+                seen_at.set(Some(now()));
+                return;
+            }
+            sleep(20).await;
+        }
+    };
+    let (report, ()) = futures_util::future::join(pass, watch).await;
+    let report = report.unwrap();
+    let (seen_at, done_at) = (seen_at.get().expect("the good relay got the event"), done_at.get().unwrap());
+    assert!(done_at - seen_at >= 1000.0, "the good relay did not wait for the stalled one: {} ms", done_at - seen_at);
     let relays: Array = get(&report, "relays").unchecked_into();
     let err = get(&relays.get(0), "error");
     let message = get(&err, "message").as_string().unwrap();

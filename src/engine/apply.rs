@@ -17,6 +17,9 @@ use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
+
+/// How much of an oversized quarantined envelope is kept (its start, for diagnosis).
+const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
 use crate::store::purged;
 use crate::store::rows::{self, RowData};
 
@@ -153,7 +156,19 @@ impl Engine {
                 Ok(Outcome::Deferred)
             }
             Err(Verdict::Quarantine(reason, detail)) => {
-                inbox::quarantine(tx, &hold(reason, detail, None), now)?;
+                let mut held = hold(reason, detail, None);
+                // An envelope larger than any relay may store never applies: keep its start only,
+                // so a hostile relay cannot fill the database through the quarantine.
+                if held.envelope_json.len() > self.options.max_event_bytes {
+                    let len = held.envelope_json.len();
+                    let mut cut = MAX_QUARANTINED_TEXT.min(len);
+                    while !held.envelope_json.is_char_boundary(cut) {
+                        cut -= 1;
+                    }
+                    held.envelope_json.truncate(cut);
+                    held.detail.push_str(&format!(" (an envelope of {len} bytes; its first {cut} kept)"));
+                }
+                inbox::quarantine(tx, &held, now)?;
                 Ok(Outcome::Quarantined)
             }
             Ok((payload, row)) => {

@@ -179,3 +179,21 @@ impl EngineError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_kind_of_bad_secret_has_its_own_code() {
+        let code = |e: IdentityError| EngineError::Identity(e).code();
+        assert_eq!(code(IdentityError::Empty), "SECRET_EMPTY");
+        assert_eq!(code(IdentityError::WrongWordCount { count: 11 }), "SECRET_WORD_COUNT");
+        assert_eq!(code(IdentityError::UnknownWord { position: 2, word: "zzz".into() }), "SECRET_UNKNOWN_WORD");
+        assert_eq!(code(IdentityError::BadChecksum), "SECRET_CHECKSUM");
+        assert_eq!(code(IdentityError::InvalidRecoveryKey { reason: "short".into() }), "SECRET_INVALID_KEY");
+        // The bip39 crate's other errors (none reachable after the checks above) are not
+        // reported as a bad sf1_ key.
+        assert_eq!(code(IdentityError::InvalidPhrase { reason: "other".into() }), "SECRET_INVALID_PHRASE");
+    }
+}

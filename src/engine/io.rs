@@ -51,6 +51,10 @@ pub struct HttpRequest {
     /// The request's deadline, in ms: a transport that has no answer (body included) by then
     /// gives up with a [`TransportError`].
     pub timeout_ms: u32,
+    /// The largest answer body accepted: a transport stops reading a larger one (declared or
+    /// not) and fails with [`TransportError::response_too_large`], so a hostile relay cannot
+    /// exhaust the device's memory.
+    pub max_response_bytes: u64,
 }
 
 /// A relay's answer.
@@ -75,6 +79,20 @@ impl HttpResponse {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("network error: {0}")]
 pub struct TransportError(pub String);
+
+const TOO_LARGE: &str = "the relay's answer is larger than ";
+
+impl TransportError {
+    /// The answer's body was larger than [`HttpRequest::max_response_bytes`].
+    pub fn response_too_large(limit: u64) -> TransportError {
+        TransportError(format!("{TOO_LARGE}{limit} bytes; it was not read"))
+    }
+
+    /// Whether this is [`TransportError::response_too_large`].
+    pub fn is_response_too_large(&self) -> bool {
+        self.0.starts_with(TOO_LARGE)
+    }
+}
 
 /// Sends HTTP requests.
 pub trait Transport {

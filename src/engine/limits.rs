@@ -69,7 +69,16 @@ impl EngineOptions {
     pub fn max_chunk_size(&self) -> usize {
         self.max_blob_bytes - CHUNK_OVERHEAD
     }
+
+    /// The largest relay answer read: [`MIN_RESPONSE_BYTES`], or room for two blob chunks. A
+    /// pull page larger than that is asked for again with half the events.
+    pub fn max_response_bytes(&self) -> u64 {
+        MIN_RESPONSE_BYTES.max(2 * self.max_blob_bytes as u64)
+    }
 }
+
+/// The smallest limit on a relay answer's body (32 MiB).
+pub const MIN_RESPONSE_BYTES: u64 = 32 * 1024 * 1024;
 
 /// An upper bound of the canonical payload's length, cheap to compute: escapes can make a
 /// byte of text at most six characters (`\u001f`), numbers are at most 25 characters.

@@ -47,7 +47,10 @@ pub use limits::{EngineOptions, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_EVENT_BYTES,
 pub use mutate::Op;
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
-pub use sync::{PullTimings, RelayPassReport, SyncReport, SyncTrigger, MAX_PUSH_BYTES, RESEED_WINDOW_MS};
+pub use sync::{
+    PullTimings, RelayPassReport, SyncReport, SyncTrigger, MAX_PUSH_BYTES, MAX_RESEED_WINDOW_MS, RELAY_PASS_BUDGET_MS,
+    RESEED_WINDOW_MS,
+};
 
 use crate::protocol::entropy::{random_bytes, Entropy};
 use crate::protocol::hlc::validate_device_id;
@@ -122,7 +125,7 @@ pub struct Engine {
     listeners: Listeners,
     sync_lock: futures_util::lock::Mutex<()>,
     /// An automatic pass is waiting for the running one (at most one is ever queued).
-    pass_waiting: Cell<bool>,
+    pass_waiting: Cell<Option<SyncTrigger>>,
     schema_retry_pending: Cell<bool>,
     /// Whether `_sync_purged` may hold rows (skips a lookup per applied event when not).
     purge_records: Cell<bool>,
@@ -210,7 +213,7 @@ impl Engine {
             rng: RefCell::new(env.entropy),
             listeners: Listeners::default(),
             sync_lock: futures_util::lock::Mutex::new(()),
-            pass_waiting: Cell::new(false),
+            pass_waiting: Cell::new(None),
             schema_retry_pending: Cell::new(true),
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),

@@ -19,11 +19,12 @@ use super::sync::{PassError, RelayPassReport, BATCH};
 use super::Engine;
 use crate::protocol::identity::sha256_base64url;
 use crate::protocol::SyncEnvelope;
-use crate::store::inbox::{self, HeldEvent, QUARANTINE_CAP};
+use crate::store::inbox::{self, HeldEvent, DEFERRED_CAP, QUARANTINE_CAP};
 use crate::store::system;
 
-/// Pages one pass takes from a relay that reports no head seq (10 million events).
-pub const MAX_PAGES_WITHOUT_HEAD: u64 = 10_000;
+/// Pages one pass takes from a relay at most (a million events at 1000 per page); the next
+/// pass goes on from there (the report says `more`).
+pub const MAX_PAGES_PER_PASS: u64 = 1000;
 /// The most raw text kept of a malformed envelope in the quarantine.
 const MAX_MALFORMED_KEPT: usize = 64 * 1024;
 
@@ -36,11 +37,12 @@ pub(crate) enum PullEnd {
 }
 
 /// Pages a pull may take when the relay reports its head: twice what the first page implies,
-/// plus slack. A relay serving more is looping or lying.
+/// plus slack. A relay serving more than that is looping or lying. (A pass also stops at
+/// [`MAX_PAGES_PER_PASS`], and the next one continues.)
 fn page_budget(head: u64, cursor: u64, first_page_len: usize) -> u64 {
     let per_page = first_page_len.max(1) as u64;
     let needed = head.saturating_sub(cursor).div_ceil(per_page);
-    needed.saturating_mul(2).saturating_add(10).min(MAX_PAGES_WITHOUT_HEAD * 10)
+    needed.saturating_mul(2).saturating_add(10)
 }
 
 /// The event id to file a malformed envelope under: its `eventId` if that is a usable string,
@@ -70,7 +72,9 @@ impl Engine {
         let mut cursor = self.meta(&cursor_key)?.unwrap_or_default();
         let stored_epoch = self.meta(&epoch_key)?;
         let mut visited: HashSet<String> = HashSet::from([cursor.clone()]);
-        let mut budget = MAX_PAGES_WITHOUT_HEAD;
+        // Pages the relay's own head allows (None: it reports no head).
+        let mut budget: Option<u64> = None;
+        let mut page_limit = BATCH;
         let mut progress = Progress {
             relay: url.to_owned(),
             pages: 0,
@@ -84,7 +88,15 @@ impl Engine {
         let clock = self.wall.clone();
         loop {
             let t0 = clock.precise_ms();
-            let answer = api.pull(&cursor, BATCH).await?;
+            let answer = match api.pull(&cursor, page_limit).await {
+                // A page too large to read (large events, a relay without a byte cap): ask
+                // for fewer events.
+                Err(f) if f.code() == Some("response_too_large") && page_limit > 1 => {
+                    page_limit /= 2;
+                    continue;
+                }
+                other => other?,
+            };
             let t1 = clock.precise_ms();
             report.timings.http_ms += t1 - t0;
             let resp = match answer {
@@ -108,8 +120,18 @@ impl Engine {
             }
             if progress.pages == 0 {
                 if let Some(head) = page.head_seq {
-                    budget = page_budget(head, numeric.unwrap_or(0), page.events.len());
+                    budget = Some(page_budget(head, numeric.unwrap_or(0), page.events.len()));
                 }
+            }
+            let held = inbox::deferred_count(&self.db.borrow(), url)?;
+            if held >= DEFERRED_CAP {
+                return Err(cursor_failure(
+                    "deferred_full",
+                    format!(
+                        "{held} events from this relay wait for a newer app version or their time; pulling \
+                         waits too (the relay keeps the rest) until fewer are held"
+                    ),
+                ));
             }
             let now = self.now();
             let t_apply = clock.precise_ms();
@@ -204,14 +226,20 @@ impl Engine {
             if page.events.is_empty() || next == cursor || at_head {
                 break;
             }
-            if progress.pages >= budget {
+            if budget.is_some_and(|b| progress.pages >= b) {
                 return Err(cursor_failure(
                     "pull_incomplete",
                     format!(
-                        "stopped after {} pages without reaching the relay's head {:?}; the next pass continues",
+                        "the relay served {} pages, more than its head {:?} needs; stopped (the next pass \
+                         continues from the last page applied)",
                         progress.pages, page.head_seq
                     ),
                 ));
+            }
+            if progress.pages >= MAX_PAGES_PER_PASS || self.now() >= report.deadline_ms {
+                // Enough for one pass: the cursor is saved, the next pass goes on from it.
+                report.more = true;
+                break;
             }
             visited.insert(next.clone());
             cursor = next;
@@ -274,6 +302,7 @@ mod tests {
         assert_eq!(page_budget(5000, 4500, 1000), 12);
         assert_eq!(page_budget(10, 0, 0), 30);
         assert_eq!(page_budget(0, 0, 0), 10);
+        assert_eq!(page_budget(u64::MAX, 0, 1), u64::MAX, "saturates; the per-pass cap bounds it");
     }
 
     #[test]

@@ -101,7 +101,7 @@ impl Engine {
             if ids.is_empty() {
                 return Ok(());
             }
-            // 200, or 404 (the relay never had this owner): either way nothing is left to drop.
+            // 200, or a confirmed 404 (the relay never had this owner): nothing is left to drop.
             match api.compact(&ids).await {
                 Ok(_) => {}
                 Err(f) if f.is_too_large() && ids.len() > 1 => {

@@ -23,12 +23,18 @@ impl Engine {
     async fn push_events(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
         let identity = self.identity();
         let api = self.api(url, &identity);
-        let (mut limit, mut after) = (BATCH, 0i64);
+        let (mut limit, mut after, mut requests) = (BATCH, 0i64, 0u32);
         loop {
             let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
             if batch.is_empty() {
                 return Ok(());
             }
+            if requests > 0 && self.now() >= report.deadline_ms {
+                // This relay's time in the pass is up: the rest goes in the next pass.
+                report.more = true;
+                return Ok(());
+            }
+            requests += 1;
             let envelopes: Vec<String> = batch.iter().map(|o| o.envelope.clone()).collect();
             match api.push(&envelopes).await {
                 Ok(resp) => {

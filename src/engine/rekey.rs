@@ -226,17 +226,22 @@ impl Engine {
             Opening::Abort => {
                 let current = self.identity();
                 let abandoned = handover.other_secret(&current)?.identity();
-                let mut blobs = Vec::new();
+                let (mut blobs, mut missing) = (Vec::new(), 0usize);
                 for m in self.live_blob_manifests()? {
-                    if let Some(data) = self.local_blob_plaintext(&abandoned, &m)? {
-                        blobs.push((m, data));
+                    match self.local_blob_plaintext(&abandoned, &m)? {
+                        Some(data) => blobs.push((m, data)),
+                        None => missing += 1,
                     }
                 }
                 self.write(|tx| {
                     self.switch_owner(tx, &abandoned, &current, &blobs)?;
                     system::meta_set(tx, "owner_id", current.owner_id())?;
-                    // Nobody kept the new owner's secret: close it so its copy does not linger.
-                    self.queue_close(tx, &abandoned, &current)?;
+                    // Nobody kept the new owner's secret: close it so its copy does not linger —
+                    // unless a blob's bytes exist only there (not held here): closing would
+                    // destroy them, so that owner stays open.
+                    if missing == 0 {
+                        self.queue_close(tx, &abandoned, &current)?;
+                    }
                     system::meta_delete(tx, HANDOVER_KEY)?;
                     Ok(())
                 })
@@ -286,7 +291,7 @@ impl Engine {
             "DELETE FROM _sync_blob_uploads; DELETE FROM _sync_purge; DELETE FROM _sync_purged; DELETE FROM _sync_set_aside;",
         )?;
         for url in &relays {
-            for key in ["cursor", "epoch", "push", "reseeded"] {
+            for key in ["cursor", "epoch", "push", "reseeded", "reseeds"] {
                 system::meta_delete(tx, &format!("{key}:{url}"))?;
             }
             system::meta_set(tx, &format!("backfill:{url}"), &now.to_string())?;
@@ -365,7 +370,7 @@ impl Engine {
             if let Ok(token) = open_value(&keeper, &close_aad(owner), sealed) {
                 let token = String::from_utf8_lossy(&token).into_owned();
                 super::relay_api::RelayApi::new(self.transport.as_ref(), url, owner, &token)
-                    .with_timeout(self.options.request_timeout_ms)
+                    .with_options(&self.options)
                     .close()
                     .await?;
             }

@@ -114,6 +114,8 @@ pub(crate) struct RelayRuntime {
     /// Automatic passes do not push before this time (over quota).
     pub push_blocked_until: Option<u64>,
     pub forged: u64,
+    /// The last pass stopped with work left (its budget ran out): not caught up.
+    pub behind: bool,
 }
 
 /// How the policy classifies a failure.
@@ -148,6 +150,7 @@ impl RelayRuntime {
             failures: 0,
             push_blocked_until: None,
             forged: 0,
+            behind: false,
         }
     }
 
@@ -184,11 +187,12 @@ impl RelayRuntime {
         self.backoff_until = None;
         self.reseed_reason = None;
         self.failures = 0;
+        self.behind = false;
     }
 }
 
 /// The `_sync_meta` keys scoped to one relay. The first four are what a wipe forgets.
-pub(crate) fn relay_keys(url: &str) -> [String; 8] {
+pub(crate) fn relay_keys(url: &str) -> [String; 9] {
     [
         format!("cursor:{url}"),
         format!("epoch:{url}"),
@@ -198,6 +202,7 @@ pub(crate) fn relay_keys(url: &str) -> [String; 8] {
         format!("synced:{url}"),
         format!("reseeded:{url}"),
         format!("quarantine_dropped:{url}"),
+        format!("reseeds:{url}"),
     ]
 }
 
@@ -243,7 +248,12 @@ impl Engine {
                     quarantine_dropped: dropped,
                 };
                 // Known from an earlier process: the last pass succeeded and nothing waits.
-                if s.state == RelayState::Pending && pending == 0 && s.last_sync_at.is_some() && s.error.is_none() {
+                if s.state == RelayState::Pending
+                    && pending == 0
+                    && s.last_sync_at.is_some()
+                    && s.error.is_none()
+                    && !r.behind
+                {
                     s.state = RelayState::Synced;
                 }
                 Ok(s)
@@ -263,12 +273,19 @@ impl Engine {
     /// treated as wiped and re-seeded on the next pass.
     pub async fn relay_statuses(&self) -> Result<Vec<RelayStatus>, EngineError> {
         let identity = self.identity();
-        for url in self.relay_urls() {
-            if self.with_relay(&url, |r| r.state == RelayState::Closed).unwrap_or(true) {
-                continue;
-            }
-            let api = self.api(&url, &identity);
-            match api.status().await {
+        let urls: Vec<String> = self
+            .relay_urls()
+            .into_iter()
+            .filter(|url| !self.with_relay(url, |r| r.state == RelayState::Closed).unwrap_or(true))
+            .collect();
+        // Asked all at once: a stalled relay delays the answer by one request timeout, not one each.
+        let answers = futures_util::future::join_all(urls.iter().map(|url| {
+            let identity = &identity;
+            async move { self.api(url, identity).status().await }
+        }))
+        .await;
+        for (url, answer) in urls.into_iter().zip(answers) {
+            match answer {
                 Ok(Some(s)) => {
                     let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
                     let behind = cursor.is_some_and(|c| s.account.head_seq < c);
@@ -301,6 +318,6 @@ impl Engine {
     /// A client for `url` as `identity`, with this engine's request timeout.
     pub(crate) fn api<'a>(&'a self, url: &'a str, identity: &'a crate::protocol::Identity) -> RelayApi<'a> {
         RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth())
-            .with_timeout(self.options.request_timeout_ms)
+            .with_options(&self.options)
     }
 }

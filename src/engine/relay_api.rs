@@ -147,18 +147,25 @@ pub struct RelayApi<'a> {
     owner_id: &'a str,
     token: &'a str,
     timeout_ms: u32,
+    max_response_bytes: u64,
 }
 
 impl<'a> RelayApi<'a> {
     /// A client for `base` (the configured URL) as `owner_id` with bearer `token`.
     pub fn new(transport: &'a dyn Transport, base: &'a str, owner_id: &'a str, token: &'a str) -> RelayApi<'a> {
-        RelayApi { transport, base, owner_id, token, timeout_ms: super::DEFAULT_REQUEST_TIMEOUT_MS }
+        let max_response_bytes = super::EngineOptions::default().max_response_bytes();
+        RelayApi { transport, base, owner_id, token, timeout_ms: super::DEFAULT_REQUEST_TIMEOUT_MS, max_response_bytes }
     }
 
     /// The same client with another request deadline.
     pub fn with_timeout(mut self, timeout_ms: u32) -> RelayApi<'a> {
         self.timeout_ms = timeout_ms;
         self
+    }
+
+    /// The same client with the deadline and answer size limit of `options`.
+    pub fn with_options(self, options: &super::EngineOptions) -> RelayApi<'a> {
+        RelayApi { max_response_bytes: options.max_response_bytes(), ..self.with_timeout(options.request_timeout_ms) }
     }
 
     fn url(&self, path: &str) -> String {
@@ -182,8 +189,15 @@ impl<'a> RelayApi<'a> {
             content_type,
             body,
             timeout_ms: self.timeout_ms,
+            max_response_bytes: self.max_response_bytes,
         };
-        self.transport.send(req).await.map_err(|e| RelayFailure::Network(e.0))
+        self.transport.send(req).await.map_err(|e| {
+            if e.is_response_too_large() {
+                RelayFailure::detected(200, "response_too_large", e.0)
+            } else {
+                RelayFailure::Network(e.0)
+            }
+        })
     }
 
     fn owner_json(&self) -> String {
@@ -227,27 +241,52 @@ impl<'a> RelayApi<'a> {
         Ok(resp.status == 200 && serde_json::from_slice::<HealthResponse>(&resp.body).is_ok_and(|h| h.ok))
     }
 
-    /// `POST /v1/streams/compact`; `None` when the relay does not know the owner.
+    /// `POST /v1/streams/compact`; `None` when the relay does not know the owner (confirmed, see
+    /// [`Self::confirm_unknown_owner`]).
     pub async fn compact(&self, stream_ids: &[String]) -> Result<Option<CompactResponse>, RelayFailure> {
         let body = serde_json::json!({ "ownerId": self.owner_id, "streamIds": stream_ids }).to_string();
         let resp =
             self.call(Method::Post, "/v1/streams/compact", Some((body.into_bytes(), "application/json"))).await?;
         match resp.status {
             200 => parse(&resp).map(Some),
-            404 => Ok(None),
+            404 => self.confirm_unknown_owner("compact", &resp).await.map(|()| None),
             _ => Err(failure(&resp)),
         }
     }
 
-    /// `POST /v1/owner/close`; `None` when the relay does not know the owner.
+    /// `POST /v1/owner/close`; `None` when the relay does not know the owner (confirmed) or it
+    /// was closed already.
     pub async fn close(&self) -> Result<Option<CloseResponse>, RelayFailure> {
         let body = format!("{{\"ownerId\":{}}}", self.owner_json());
         let resp = self.call(Method::Post, "/v1/owner/close", Some((body.into_bytes(), "application/json"))).await?;
         match resp.status {
             200 => parse(&resp).map(Some),
-            404 | 410 => Ok(None),
+            404 => self.confirm_unknown_owner("close", &resp).await.map(|()| None),
+            410 if error_body(&resp).is_some() => Ok(None),
             _ => Err(failure(&resp)),
         }
+    }
+
+    /// A 404 from `what` means "this relay does not know the owner" only when it is the relay's
+    /// own JSON error and `GET /v1/status` says 404 too; a proxy's page or a wrong base path must
+    /// not clear a queue of work (a purge, a close).
+    async fn confirm_unknown_owner(&self, what: &str, resp: &HttpResponse) -> Result<(), RelayFailure> {
+        if error_body(resp).is_none() {
+            return Err(RelayFailure::detected(
+                404,
+                "foreign_404",
+                format!("{what} answered 404 without the relay's JSON error (a proxy's page, or a wrong base path?)"),
+            ));
+        }
+        let status = self.status_raw().await?;
+        if status.status == 404 && error_body(&status).is_some() {
+            return Ok(());
+        }
+        Err(RelayFailure::detected(
+            404,
+            "unconfirmed_404",
+            format!("{what} answered 404 but /v1/status answered {}; the work stays queued", status.status),
+        ))
     }
 
     /// `GET /v1/status`; `None` when the relay does not know the owner (healthy and empty).

@@ -6,8 +6,13 @@
 //! Wipe and rollback detection (beyond the spec's 404 rule): a pull whose `epoch` differs from
 //! the one this device stored, or whose `headSeq` is below the stored cursor, means the relay
 //! lost data; the device forgets it and re-seeds it with one canonical upsert per current row —
-//! at most once per [`RESEED_WINDOW_MS`], so a relay whose epoch changes on every pass gets an
-//! error in its status instead of endless re-uploads.
+//! at most once per [`RESEED_WINDOW_MS`] (growing 4× with each further re-seed), so a relay
+//! whose epoch changes on every pass gets an error in its status instead of endless re-uploads.
+//!
+//! Each relay's share of a pass is bounded ([`RELAY_PASS_BUDGET_MS`], and the pull's
+//! [`super::pull::MAX_PAGES_PER_PASS`]): what is left is reported as `more` and the next pass
+//! continues it, so one slow relay cannot hold the pass — and the other relays' next pass —
+//! for long.
 
 use futures_util::future::join_all;
 use serde::Serialize;
@@ -25,8 +30,15 @@ use crate::store::{inbox, outbox, purged, rows, system};
 pub const BATCH: u32 = 1000;
 /// Largest push body the engine builds (well under relays' request limits).
 pub const MAX_PUSH_BYTES: usize = 4 * 1024 * 1024;
-/// A relay is re-seeded at most once in this window; another loss within it is an error.
+/// A relay is re-seeded at most once in this window; another loss within it is an error. Each
+/// further re-seed of the same relay waits 4× longer (15 min, 1 h, 4 h, 16 h…, at most
+/// [`MAX_RESEED_WINDOW_MS`]); a week without one starts over.
 pub const RESEED_WINDOW_MS: u64 = 15 * 60 * 1000;
+/// The longest wait between two re-seeds of one relay.
+pub const MAX_RESEED_WINDOW_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// How long one pass may spend on one relay before it leaves the rest to the next pass (which
+/// follows at once): a slow relay delays the others' next pass by at most this.
+pub const RELAY_PASS_BUDGET_MS: u64 = 60_000;
 
 /// What started a pass. Only `Poll` respects a relay's backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -74,6 +86,12 @@ pub struct RelayPassReport {
     pub error: Option<RelayErrorInfo>,
     /// Where the pull's time went.
     pub timings: PullTimings,
+    /// The pass stopped with work left for this relay (its time or page budget ran out); the
+    /// next pass continues where it stopped.
+    pub more: bool,
+    /// When this relay's share of the pass ends (engine clock, ms).
+    #[serde(skip)]
+    pub(crate) deadline_ms: u64,
 }
 
 /// Where a pull's time went, in ms (measured with the precise clock).
@@ -100,6 +118,42 @@ pub struct SyncReport {
     pub deferred_applied: u64,
     /// One report per relay.
     pub relays: Vec<RelayPassReport>,
+}
+
+impl SyncReport {
+    /// Whether a relay has work left that the next pass continues (see [`RelayPassReport::more`]).
+    pub fn more(&self) -> bool {
+        self.relays.iter().any(|r| r.more)
+    }
+
+    /// Adds a later pass's report to this one: counts are summed per relay; the later pass's
+    /// error, skip reason and `more` replace this one's.
+    pub fn absorb(&mut self, later: SyncReport) {
+        self.sealed += later.sealed;
+        self.deferred_applied += later.deferred_applied;
+        for r in later.relays {
+            match self.relays.iter_mut().find(|x| x.url == r.url) {
+                Some(x) => {
+                    x.pushed += r.pushed;
+                    x.received += r.received;
+                    x.applied += r.applied;
+                    x.deferred += r.deferred;
+                    x.quarantined += r.quarantined;
+                    x.set_aside += r.set_aside;
+                    x.forged += r.forged;
+                    x.reseeded = r.reseeded.or(x.reseeded.take());
+                    x.skipped = r.skipped;
+                    x.error = r.error;
+                    x.more = r.more;
+                    x.timings.http_ms += r.timings.http_ms;
+                    x.timings.parse_ms += r.timings.parse_ms;
+                    x.timings.decrypt_ms += r.timings.decrypt_ms;
+                    x.timings.apply_ms += r.timings.apply_ms;
+                }
+                None => self.relays.push(r),
+            }
+        }
+    }
 }
 
 pub(crate) enum PassError {
@@ -129,6 +183,12 @@ impl From<crate::store::StoreError> for PassError {
     fn from(e: crate::store::StoreError) -> Self {
         PassError::Local(e.into())
     }
+}
+
+/// How long after its `count`-th re-seed a relay may be re-seeded again.
+pub(crate) fn reseed_window(count: u64) -> u64 {
+    let factor = 4u64.saturating_pow(count.saturating_sub(1).min(20) as u32);
+    RESEED_WINDOW_MS.saturating_mul(factor).min(MAX_RESEED_WINDOW_MS)
 }
 
 /// What a relay's pass left to report besides success.
@@ -186,15 +246,33 @@ impl Engine {
         self.pass(trigger).await
     }
 
+    /// Passes until no relay has work left ([`SyncReport::more`]), at most `max_passes`; the
+    /// reports are summed ([`SyncReport::absorb`]).
+    pub async fn sync_all(&self, trigger: SyncTrigger, max_passes: u32) -> Result<SyncReport, EngineError> {
+        let mut report = self.sync(trigger).await?;
+        for _ in 1..max_passes {
+            if !report.more() {
+                break;
+            }
+            report.absorb(self.sync(trigger).await?);
+        }
+        Ok(report)
+    }
+
     /// An automatic pass: runs at once, or after the running one — but at most one pass ever
     /// waits, so N triggers during a pass queue one more pass, not N. `None` when this call
-    /// joined a pass that was already waiting.
+    /// joined a pass that was already waiting. The waiting pass runs with the strongest of its
+    /// triggers: a write joining a waiting poll makes it a write pass (which ignores backoff).
     pub async fn sync_queued(&self, trigger: SyncTrigger) -> Result<Option<SyncReport>, EngineError> {
-        if self.pass_waiting.replace(true) {
+        if let Some(waiting) = self.pass_waiting.get() {
+            if waiting == SyncTrigger::Poll && trigger != SyncTrigger::Poll {
+                self.pass_waiting.set(Some(trigger));
+            }
             return Ok(None);
         }
+        self.pass_waiting.set(Some(trigger));
         let guard = self.sync_lock.lock().await;
-        self.pass_waiting.set(false);
+        let trigger = self.pass_waiting.take().unwrap_or(trigger);
         let out = self.pass(trigger).await;
         drop(guard);
         out.map(Some)
@@ -251,8 +329,12 @@ impl Engine {
     }
 
     async fn sync_relay(&self, url: &str, trigger: SyncTrigger) -> Result<RelayPassReport, EngineError> {
-        let mut report = RelayPassReport { url: url.to_owned(), ..RelayPassReport::default() };
         let now = self.now();
+        let mut report = RelayPassReport {
+            url: url.to_owned(),
+            deadline_ms: now.saturating_add(RELAY_PASS_BUDGET_MS),
+            ..RelayPassReport::default()
+        };
         let skip = self.with_relay(url, |r| {
             if r.state == RelayState::Closed {
                 Some("the owner was closed on this relay (410)".to_owned())
@@ -299,9 +381,15 @@ impl Engine {
                     });
                     report.error = self.with_relay(url, |r| r.error.clone()).flatten();
                 } else {
+                    let more = report.more;
                     self.with_relay(url, |r| {
                         r.succeed(now, pending);
                         r.push_blocked_until = None;
+                        if more {
+                            // Not caught up: the next pass continues.
+                            r.state = RelayState::Pending;
+                            r.behind = true;
+                        }
                     });
                 }
             }
@@ -364,23 +452,27 @@ impl Engine {
         }
     }
 
-    /// Refuses a second re-seed of `url` within [`RESEED_WINDOW_MS`] of the last one.
+    /// Refuses a re-seed of `url` too soon after the last one: within [`RESEED_WINDOW_MS`] of
+    /// it, ×4 for each re-seed since the relay was last stable for [`MAX_RESEED_WINDOW_MS`].
     pub(crate) fn reseed_allowed(&self, url: &str, reason: &str) -> Result<(), RelayFailure> {
-        let last: Option<u64> = self.meta(&format!("reseeded:{url}")).ok().flatten().and_then(|t| t.parse().ok());
+        let number = |key: &str| -> Option<u64> { self.meta(key).ok().flatten().and_then(|t| t.parse().ok()) };
+        let Some(last) = number(&format!("reseeded:{url}")) else { return Ok(()) };
+        let count = number(&format!("reseeds:{url}")).unwrap_or(1);
         let now = self.now();
-        match last {
-            Some(t) if now.saturating_sub(t) < RESEED_WINDOW_MS => Err(RelayFailure::detected(
-                200,
-                "relay_unstable",
-                format!(
-                    "the relay lost this owner's data again {} s after it was re-seeded ({reason}); \
-                     not re-uploading before {}",
-                    now.saturating_sub(t) / 1000,
-                    iso8601_from_ms(t + RESEED_WINDOW_MS)
-                ),
-            )),
-            _ => Ok(()),
+        let window = reseed_window(count);
+        if now.saturating_sub(last) >= window {
+            return Ok(());
         }
+        Err(RelayFailure::detected(
+            200,
+            "relay_unstable",
+            format!(
+                "the relay lost this owner's data again {} s after it was re-seeded (re-seed {count}; {reason}); \
+                 not re-uploading before {}",
+                now.saturating_sub(last) / 1000,
+                iso8601_from_ms(last.saturating_add(window))
+            ),
+        ))
     }
 
     /// Gives a relay this device never synced with a canonical upsert of every current row.
@@ -411,6 +503,15 @@ impl Engine {
             tx.execute("DELETE FROM _sync_blob_uploads WHERE relay = ?1", [url])?;
             self.enqueue_current_rows(tx, &others)?;
             system::meta_set(tx, &format!("backfill:{url}"), &now.to_string())?;
+            // Count re-seeds since the relay was last stable for the longest window.
+            let count_key = format!("reseeds:{url}");
+            let last: Option<u64> = system::meta_get(tx, &format!("reseeded:{url}"))?.and_then(|t| t.parse().ok());
+            let count: u64 = system::meta_get(tx, &count_key)?.and_then(|t| t.parse().ok()).unwrap_or(0);
+            let count = match last {
+                Some(t) if now.saturating_sub(t) < MAX_RESEED_WINDOW_MS => count + 1,
+                _ => 1,
+            };
+            system::meta_set(tx, &count_key, &count.to_string())?;
             system::meta_set(tx, &format!("reseeded:{url}"), &now.to_string())?;
             Ok(())
         })?;

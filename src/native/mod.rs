@@ -69,7 +69,19 @@ impl HttpTransport {
             })?;
             let status = resp.status().as_u16();
             let retry_after = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_owned);
-            let body = resp.bytes().await.map_err(|e| (TransportError(describe(&e, timeout)), false))?.to_vec();
+            let limit = req.max_response_bytes;
+            if resp.content_length().is_some_and(|n| n > limit) {
+                return Err((TransportError::response_too_large(limit), false));
+            }
+            // Read chunk by chunk: a body without a declared length is cut off at the limit.
+            let mut resp = resp;
+            let mut body = Vec::new();
+            while let Some(chunk) = resp.chunk().await.map_err(|e| (TransportError(describe(&e, timeout)), false))? {
+                if body.len() as u64 + chunk.len() as u64 > limit {
+                    return Err((TransportError::response_too_large(limit), false));
+                }
+                body.extend_from_slice(&chunk);
+            }
             Ok(HttpResponse { status, body, retry_after })
         }
     }

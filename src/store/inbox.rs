@@ -11,6 +11,11 @@ pub const SEEN_CAP: u64 = 50_000;
 /// Quarantined events kept per relay (the newest); a hostile relay cannot grow the database
 /// without end. Older ones are dropped and counted (`quarantine_dropped:<relay>`).
 pub const QUARANTINE_CAP: u64 = 1000;
+/// Quarantined bytes kept per relay (envelope text), newest first.
+pub const QUARANTINE_BYTES_CAP: u64 = 16 * 1024 * 1024;
+/// Deferred events held per relay: at this many, pulls from that relay wait (the relay keeps
+/// the rest; nothing is dropped) until the app is updated or the events become due.
+pub const DEFERRED_CAP: u64 = 100_000;
 
 /// True when the event was applied, or is deferred, already.
 pub fn already_handled(conn: &Connection, event_id: &str) -> Result<bool, StoreError> {
@@ -121,17 +126,28 @@ pub fn quarantine_count(conn: &Connection, relay: &str) -> Result<u64, StoreErro
         .query_row([relay], |r| r.get::<_, i64>(0))? as u64)
 }
 
-/// Keeps the newest `cap` quarantined events of `relay`; returns how many older ones went.
+/// Keeps the newest `cap` quarantined events of `relay`, and of those no more than
+/// [`QUARANTINE_BYTES_CAP`] bytes of envelope text; returns how many older ones went.
 pub fn cap_quarantine(conn: &Connection, relay: &str, cap: u64) -> Result<u64, StoreError> {
-    if quarantine_count(conn, relay)? <= cap {
-        return Ok(0);
-    }
     let n = conn.execute(
-        "DELETE FROM _sync_quarantine WHERE relay = ?1 AND event_id NOT IN
-           (SELECT event_id FROM _sync_quarantine WHERE relay = ?1 ORDER BY at DESC, event_id DESC LIMIT ?2)",
-        params![relay, cap as i64],
+        "DELETE FROM _sync_quarantine WHERE relay = ?1 AND event_id IN (
+           SELECT event_id FROM (
+             SELECT event_id,
+                    row_number() OVER newest AS rank,
+                    sum(length(CAST(envelope_json AS BLOB))) OVER newest AS bytes
+             FROM _sync_quarantine WHERE relay = ?1
+             WINDOW newest AS (ORDER BY at DESC, event_id DESC))
+           WHERE rank > ?2 OR bytes > ?3)",
+        params![relay, cap as i64, QUARANTINE_BYTES_CAP as i64],
     )?;
     Ok(n as u64)
+}
+
+/// Deferred events held from `relay`.
+pub fn deferred_count(conn: &Connection, relay: &str) -> Result<u64, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT count(*) FROM _sync_deferred WHERE relay = ?1")?
+        .query_row([relay], |r| r.get::<_, i64>(0))? as u64)
 }
 
 /// Every quarantined event.

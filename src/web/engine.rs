@@ -257,15 +257,27 @@ async fn open_storage(
 /// as every relay's `local_storage` error).
 fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
     let inner = inner.clone();
-    wasm_bindgen_futures::spawn_local(async move {
-        if !inner.closed.get() {
-            if let Some(e) = inner.current() {
-                let _ = e.sync_queued(trigger).await;
-                let _ = inner.flush().await;
-            }
-        }
-    });
+    wasm_bindgen_futures::spawn_local(async move { auto_sync(&inner, trigger).await });
 }
+
+/// Passes that end with work left (`more`: a relay's time or page budget ran out) are followed
+/// at once by another, up to [`MAX_PASSES`].
+async fn auto_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
+    for _ in 0..MAX_PASSES {
+        if inner.closed.get() {
+            return;
+        }
+        let Some(e) = inner.current() else { return };
+        let more = matches!(e.sync_queued(trigger).await, Ok(Some(r)) if r.more());
+        let _ = inner.flush().await;
+        if !more {
+            return;
+        }
+    }
+}
+
+/// Most passes one sync (automatic or `sync()`) runs in a row while relays have work left.
+const MAX_PASSES: u32 = 10;
 
 #[wasm_bindgen(js_class = Engine)]
 impl WebEngine {
@@ -348,10 +360,7 @@ impl WebEngine {
                     if poller.closed.get() {
                         break;
                     }
-                    if let Some(e) = poller.current() {
-                        let _ = e.sync_queued(SyncTrigger::Poll).await;
-                        let _ = poller.flush().await;
-                    }
+                    auto_sync(&poller, SyncTrigger::Poll).await;
                 }
             });
         }
@@ -374,12 +383,7 @@ impl WebEngine {
         wasm_bindgen_futures::spawn_local(async move {
             sleep(WRITE_DEBOUNCE_MS).await;
             inner.write_sync_scheduled.set(false);
-            if !inner.closed.get() {
-                if let Some(e) = inner.current() {
-                    let _ = e.sync_queued(SyncTrigger::Write).await;
-                    let _ = inner.flush().await;
-                }
-            }
+            auto_sync(&inner, SyncTrigger::Write).await;
         });
     }
 
@@ -484,7 +488,7 @@ impl WebEngine {
 
     /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
     pub async fn sync(&self) -> Result<JsValue, JsValue> {
-        let report = self.engine()?.sync(SyncTrigger::Manual).await.map_err(err)?;
+        let report = self.engine()?.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(err)?;
         Ok(serde_to_js(&report))
     }
 

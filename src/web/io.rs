@@ -7,7 +7,7 @@ use wasm_bindgen::prelude::*;
 use wasm_bindgen::JsCast;
 use wasm_bindgen_futures::JsFuture;
 
-use web_sys::{AbortController, Headers, Request, RequestInit, Response};
+use web_sys::{AbortController, Headers, ReadableStreamDefaultReader, Request, RequestInit, Response};
 
 use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Transport, TransportError};
 
@@ -56,8 +56,34 @@ impl FetchTransport {
         let resp: Response = JsFuture::from(global_fetch(&request)).await?.dyn_into()?;
         let status = resp.status();
         let retry_after = resp.headers().get("retry-after").ok().flatten();
-        let body = JsFuture::from(resp.array_buffer()?).await?;
-        Ok(HttpResponse { status, body: Uint8Array::new(&body).to_vec(), retry_after })
+        let limit = req.max_response_bytes;
+        let too_large = || JsValue::from_str(&TransportError::response_too_large(limit).0);
+        let declared = resp.headers().get("content-length").ok().flatten().and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit) {
+            controller.abort();
+            return Err(too_large());
+        }
+        // Read the stream chunk by chunk: a body without a declared length is cut off at the limit.
+        let Some(stream) = resp.body() else {
+            return Ok(HttpResponse { status, body: Vec::new(), retry_after });
+        };
+        let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
+        let mut body = Vec::new();
+        loop {
+            let step = JsFuture::from(reader.read()).await?;
+            if js_sys::Reflect::get(&step, &"done".into())?.as_bool().unwrap_or(true) {
+                break;
+            }
+            let chunk: Uint8Array = js_sys::Reflect::get(&step, &"value".into())?.dyn_into()?;
+            if body.len() as u64 + u64::from(chunk.length()) > limit {
+                controller.abort();
+                return Err(too_large());
+            }
+            let start = body.len();
+            body.resize(start + chunk.length() as usize, 0);
+            chunk.copy_to(&mut body[start..]);
+        }
+        Ok(HttpResponse { status, body, retry_after })
     }
 }
 
@@ -79,6 +105,8 @@ impl Transport for FetchTransport {
             out.map_err(|e| {
                 if timed_out.get() {
                     TransportError(format!("the relay did not answer within {timeout_ms} ms (request timed out)"))
+                } else if let Some(m) = e.as_string().filter(|m| TransportError(m.clone()).is_response_too_large()) {
+                    TransportError(m)
                 } else {
                     TransportError(js_message(&e))
                 }

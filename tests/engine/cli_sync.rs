@@ -129,6 +129,24 @@ async fn the_cli_writes_rows_one_transaction_each_and_they_sync_to_other_devices
     assert!(String::from_utf8_lossy(&out.stderr).contains("line 2"));
     let out = run(with("update", &["todos", "nope", r#"{"done":true}"#]));
     assert!(String::from_utf8_lossy(&out.stderr).contains("NOT_FOUND"));
+    // An import is one transaction: a row the engine refuses on line 2 undoes line 1.
+    std::fs::write(&lines, "{\"id\":\"i4\",\"title\":\"four\"}\n{\"id\":\"i5\",\"colour\":\"red\"}\n").unwrap();
+    let out = run(with("import", &["todos", lines.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("UNKNOWN_COLUMN"));
+    // A patch from stdin; purge by id; the secret as a flag instead of the environment.
+    let args = with("update", &["todos", "i1", "-"]);
+    let row = ok_json(&cli_stdin(
+        &args.iter().map(String::as_str).collect::<Vec<_>>(),
+        &secret,
+        r#"{"title":"first, updated"}"#,
+    ));
+    assert_eq!(row["title"], "first, updated");
+    let mut args = with("purge", &["todos", "i2"]);
+    args.extend(["--secret".to_owned(), secret.clone()]);
+    let out =
+        Command::new(env!("CARGO_BIN_EXE_simplysync")).args(&args).env_remove("SIMPLYSYNC_SECRET").output().unwrap();
+    assert_eq!(ok_json(&out)["purged"], 1);
 
     let out = cli(&["sync", "--once", "--db", db, "--relay", &relay.url, "--timeout-ms", "5000"], &secret);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -142,8 +160,10 @@ async fn the_cli_writes_rows_one_transaction_each_and_they_sync_to_other_devices
         .filter(|t| !t.2)
         .map(|t| format!("{}={}", t.0, t.1.as_str().unwrap_or("").len()))
         .collect();
-    assert_eq!(titles, ["a=11", "b=150000", "i1=3", "i2=3"]);
+    assert_eq!(titles, ["a=11", "b=150000", "i1=14"], "i1 updated from stdin; i2 purged");
     assert!(other.engine.get("todos", "i3").unwrap().is_none(), "the failed import wrote nothing");
+    assert!(other.engine.get("todos", "i4").unwrap().is_none(), "nor did the import refused on line 2");
+    assert!(other.engine.get("todos", "i2").unwrap().is_none(), "purged");
 }
 
 #[test]

@@ -308,7 +308,7 @@ async fn the_quarantine_keeps_the_newest_events_of_a_relay_and_counts_the_rest()
 }
 
 #[tokio::test]
-async fn a_relay_whose_epoch_changes_on_every_pass_is_re_seeded_once_then_refused_for_a_while() {
+async fn a_relay_whose_epoch_changes_on_every_pass_is_re_seeded_ever_more_rarely() {
     let relay = TestRelay::start();
     let d = Device::new(&phrase(), &[&relay.url]);
     for i in 0..3 {
@@ -331,6 +331,20 @@ async fn a_relay_whose_epoch_changes_on_every_pass_is_re_seeded_once_then_refuse
     d.clock.advance(simplysync::engine::RESEED_WINDOW_MS + 1);
     let r = d.sync().await;
     assert!(r.relays[0].reseeded.is_some(), "after the window, a loss is re-seeded again");
+    // Each further re-seed waits 4× longer: 15 min is no longer enough, an hour is.
+    d.clock.advance(simplysync::engine::RESEED_WINDOW_MS + 1);
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].reseeded.as_deref(), error_code(&d, 0).as_deref()), (None, Some("relay_unstable")));
+    d.clock.advance(3 * simplysync::engine::RESEED_WINDOW_MS);
+    let r = d.sync().await;
+    assert!(r.relays[0].reseeded.is_some(), "an hour after the second re-seed");
+    let uploads = d.net.sent("POST", "/v1/events");
+    // Four more hours without an accepted re-seed, at most one more (the 4-hour window).
+    for _ in 0..16 {
+        d.clock.advance(simplysync::engine::RESEED_WINDOW_MS);
+        d.sync().await;
+    }
+    assert!(d.net.sent("POST", "/v1/events") <= uploads + 1, "re-uploads thin out");
 }
 
 #[tokio::test]

@@ -4,6 +4,7 @@
 
 mod harness;
 
+mod budgets;
 mod cli_sync;
 mod convergence;
 mod failures;

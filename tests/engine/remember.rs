@@ -312,6 +312,31 @@ mod rekey {
     }
 
     #[tokio::test]
+    async fn an_undo_keeps_the_new_owner_open_while_a_blob_there_is_not_held_on_this_device() {
+        let (s, d) = device_with_data("rekey-undo-blob").await;
+        d.engine.rekey(&s.new).await.unwrap();
+        // Another device already runs as the new owner and adds a blob this device never opens.
+        let e = Device::new(&s.new, &[&s.relay.url]);
+        e.sync().await;
+        let m = e.engine.put_blob(b"only on the new owner", "text/plain", None).unwrap();
+        e.engine.insert("todos", todo("t3", "with a new blob")).unwrap();
+        e.engine.update("todos", "t3", Json::object([("image", Json::from(m.blob_id.as_str()))])).unwrap();
+        e.sync().await;
+        d.sync().await;
+        assert!(d.engine.get("todos", "t3").unwrap().is_some());
+        drop(d);
+        // The undo cannot re-seal that blob (its bytes are only on the new owner): it must not
+        // close the new owner, which would destroy them.
+        let d = on_file(&s.old, &[&s.relay.url], &s.path);
+        d.sync().await;
+        assert_eq!(d.engine.owner_id(), s.old_owner);
+        assert_eq!(owner_state(&s, &s.new).await, RelayState::Synced, "the new owner stays open");
+        let fresh = Device::new(&s.new, &[&s.relay.url]);
+        fresh.sync().await;
+        assert_eq!(fresh.engine.get_blob(&m.blob_id).await.unwrap().1, b"only on the new owner", "its bytes survive");
+    }
+
+    #[tokio::test]
     async fn opening_with_the_new_secret_confirms_and_closes_the_old_owner() {
         let (s, d) = device_with_data("rekey-confirm-open").await;
         d.engine.rekey(&s.new).await.unwrap();

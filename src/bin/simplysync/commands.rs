@@ -11,6 +11,10 @@ use simplysync::protocol::{create_mnemonic, create_recovery_key, Secret};
 
 use crate::writes;
 
+/// Most passes `sync` and `restore` run in a row while a relay has work left (each pass takes at
+/// most a million events or a minute per relay).
+const MAX_PASSES: u32 = 10_000;
+
 #[derive(Parser)]
 #[command(name = "simplysync", version, about = "SimplySync command line: identities, and sync without a browser")]
 struct Cli {
@@ -174,7 +178,7 @@ async fn run(command: Command) -> Result<String, String> {
         Command::Sync { store, relays, once, interval_ms } => {
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
             loop {
-                let report = engine.sync(SyncTrigger::Manual).await.map_err(|e| e.to_string())?;
+                let report = engine.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(|e| e.to_string())?;
                 let failed = report.relays.iter().any(|r| r.error.is_some());
                 if once {
                     let text = pretty(&report)?;
@@ -200,7 +204,7 @@ async fn run(command: Command) -> Result<String, String> {
             if has_rows {
                 return Err("restore fills a new database; this one already has rows (use sync)".into());
             }
-            let report = engine.sync(SyncTrigger::Manual).await.map_err(|e| e.to_string())?;
+            let report = engine.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(|e| e.to_string())?;
             if let Some(r) = report.relays.iter().find(|r| r.error.is_some()) {
                 return Err(format!(
                     "restore from {} failed: {}",
