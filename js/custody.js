@@ -17,19 +17,41 @@ function request(req) {
 
 let dbPromise;
 function db() {
-  dbPromise ??= new Promise((resolve, reject) => {
+  if (dbPromise) return dbPromise;
+  const p = new Promise((resolve, reject) => {
     const open = indexedDB.open(IDB_NAME, 1);
     open.onupgradeneeded = () => open.result.createObjectStore(STORE, { keyPath: 'dbName' });
-    open.onsuccess = () => resolve(open.result);
+    open.onsuccess = () => {
+      const conn = open.result;
+      // A connection the browser closed (or that another version replaces) is reopened by the
+      // next call.
+      conn.onclose = () => dbPromise === p && (dbPromise = undefined);
+      conn.onversionchange = () => {
+        conn.close();
+        if (dbPromise === p) dbPromise = undefined;
+      };
+      resolve(conn);
+    };
     open.onerror = () => reject(open.error);
     open.onblocked = () => reject(new Error('the custody database is blocked by another version'));
   });
-  return dbPromise;
+  p.catch(() => dbPromise === p && (dbPromise = undefined));
+  dbPromise = p;
+  return p;
 }
 
 async function tx(mode, fn) {
-  const store = (await db()).transaction(STORE, mode, { durability: 'strict' }).objectStore(STORE);
-  return request(fn(store));
+  let conn = await db();
+  let t;
+  try {
+    t = conn.transaction(STORE, mode, { durability: 'strict' });
+  } catch (e) {
+    if (e?.name !== 'InvalidStateError') throw e;
+    dbPromise = undefined; // closed under us: once more on a fresh connection
+    conn = await db();
+    t = conn.transaction(STORE, mode, { durability: 'strict' });
+  }
+  return request(fn(t.objectStore(STORE)));
 }
 
 const get = (dbName) => tx('readonly', (s) => s.get(dbName));

@@ -181,9 +181,8 @@ export class Engine {
     return this.#hub.call('deferred');
   }
 
-  async storage() {
-    const info = await this.#hub.call('info');
-    return info.storage;
+  storage() {
+    return this.#hub.call('storageInfo');
   }
 
   /** Logs out on this device: closes the engine and deletes its database and stored secret. */

@@ -70,6 +70,9 @@ export class Hub {
   #releaseLock = null;
   #visible = new Map(); // tab id -> visible (leader only)
   #everReady = false;
+  #closing = false;
+  #persistAnswer = null; // navigator.storage.persist()'s answer, while it is pending
+  #election = null; // aborts a lock request still waiting
   #electionDelay = 0;
   #restarts = 0;
   #markReady;
@@ -103,26 +106,45 @@ export class Hub {
       this.#lead();
     }
     this.#watchVisibility();
-    setTimeout(() => this.#failReady(new SimplySyncError(`no engine for ${options.dbName} within ${options.openTimeoutMs} ms`, 'TIMEOUT')), options.openTimeoutMs);
+    this.#watchPageHide();
+    setTimeout(() => {
+      if (this.#everReady || this.closed) return;
+      // Give up for good: leave the election and stop a worker still opening, so no engine
+      // runs later that the app cannot reach or close.
+      const error = new SimplySyncError(`no engine for ${options.dbName} within ${options.openTimeoutMs} ms`, 'TIMEOUT');
+      this.#failReady(error);
+      this.#closeLocally(error);
+    }, options.openTimeoutMs);
   }
 
   // ---- election ------------------------------------------------------------------------
 
   #elect() {
-    navigator.locks.request(this.lockName, () => this.#lead()).catch((e) => this.#failReady(revive(e)));
+    this.#election = new AbortController();
+    navigator.locks.request(this.lockName, { signal: this.#election.signal }, () => this.#lead()).catch((e) => {
+      if (!this.closed) this.#failReady(revive(e));
+    });
   }
 
   async #lead() {
     if (this.closed) return;
     try {
       await this.#startEngine();
+      if (this.closed) throw closedError(); // closed (or timed out) while it opened
     } catch (e) {
       const err = revive(e);
       this.#stopWorker();
-      if (!this.#everReady || PERMANENT.has(err.code)) {
+      if (this.closed) return;
+      if (!this.#everReady) {
         this.#failReady(err);
-        if (!this.#everReady) queueMicrotask(() => this.close());
+        queueMicrotask(() => this.close());
         return; // releases the lock: another tab may lead
+      }
+      if (PERMANENT.has(err.code)) {
+        // This tab cannot take over (its key is gone, say): close it with the reason, so the
+        // app hears it (onClose) and its calls fail at once instead of waiting for a leader.
+        this.#closeLocally(err);
+        return;
       }
       // A takeover that failed for a reason that may pass: let another tab try, then try again.
       this.#electionDelay = Math.min(30000, Math.max(1000, this.#electionDelay * 2));
@@ -160,13 +182,17 @@ export class Hub {
     // and falls back to the app's secret where nothing is stored (memory storage).
     let info;
     const secret = this.#everReady ? undefined : this.#secret;
+    const deadline = this.#options.openTimeoutMs;
     try {
-      info = await this.#toWorker('open', [secret, this.#options]);
+      info = await this.#toWorker('open', [secret, this.#options], undefined, deadline);
     } catch (e) {
-      if (revive(e).code !== 'NO_SECRET' || secret !== undefined || this.#secret === undefined) throw e;
-      info = await this.#toWorker('open', [this.#secret, this.#options]);
+      // Nothing stored (memory storage), or its key is gone: the app's own secret, if it gave one.
+      const code = revive(e).code;
+      if ((code !== 'NO_SECRET' && code !== 'SECRET_LOST') || secret !== undefined || this.#secret === undefined) throw e;
+      info = await this.#toWorker('open', [this.#secret, this.#options], undefined, deadline);
     }
-    if (info.storage.durable) info.storage.persisted = await persistStorage();
+    // Asked in the background (Firefox may never answer): storage() waits for it, opening does not.
+    this.#persistAnswer = info.storage.durable ? persistStorage().then((p) => (info.storage.persisted = p)) : null;
     this.info = info;
     this.#emit('owner', info.ownerId);
   }
@@ -205,11 +231,22 @@ export class Hub {
     }, delay);
   }
 
-  #toWorker(method, args, requestId) {
+  #toWorker(method, args, requestId, timeoutMs) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
     const id = randomId();
     return new Promise((resolve, reject) => {
-      this.#workerCalls.set(id, { resolve, reject });
+      let timer;
+      if (timeoutMs) {
+        timer = setTimeout(() => {
+          this.#workerCalls.delete(id);
+          reject(new SimplySyncError(`the engine worker did not answer ${method} within ${timeoutMs} ms`, 'TIMEOUT'));
+        }, timeoutMs);
+      }
+      const done = (fn) => (v) => {
+        clearTimeout(timer);
+        fn(v);
+      };
+      this.#workerCalls.set(id, { resolve: done(resolve), reject: done(reject) });
       this.#worker.postMessage({ id, method, args, requestId });
     });
   }
@@ -233,6 +270,9 @@ export class Hub {
 
   #send(tabId, msg) {
     if (this.closed) return; // the other tab hears `closed` (or `bye`) instead
+    // Closing: results may be "engine closed" errors that are not the call's own; the asking
+    // tab re-sends unanswered calls to the next leader (request ids make that safe).
+    if (this.#closing && msg.type === 'result') return;
     let channel = this.#outboxes.get(tabId);
     if (!channel) {
       channel = new BroadcastChannel(`${this.lockName}:tab:${tabId}`);
@@ -305,7 +345,8 @@ export class Hub {
   #onInbox(msg) {
     if (this.closed) return;
     if (msg.type === 'call') {
-      if (this.role !== 'leader') return; // sent to a tab that no longer leads: the caller re-sends
+      // Sent to a tab that no longer leads, or is closing: the caller re-sends to the next leader.
+      if (this.role !== 'leader' || this.#closing) return;
       if (LEADER_ONLY.has(msg.method)) {
         const error = toWire(new SimplySyncError(`${msg.method} is answered only in the tab that runs the engine`, 'LEADER_ONLY'));
         this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error });
@@ -325,6 +366,10 @@ export class Hub {
   /** Runs a call on this tab's worker (leader only). */
   async #run(method, args, requestId) {
     if (method === 'info') return this.info;
+    if (method === 'storageInfo') {
+      await this.#persistAnswer;
+      return this.info.storage;
+    }
     const value = await this.#toWorker(method, args, requestId);
     if (method === 'reset') this.#afterReset();
     return value;
@@ -393,6 +438,15 @@ export class Hub {
     document.addEventListener('visibilitychange', this.onVisibility);
   }
 
+  /** A closed page says goodbye, so the leader stops counting it as visible. */
+  #watchPageHide() {
+    if (typeof addEventListener !== 'function') return;
+    this.onPageHide = (e) => {
+      if (!e.persisted) this.#shared?.postMessage({ type: 'bye', from: this.tabId });
+    };
+    addEventListener('pagehide', this.onPageHide);
+  }
+
   /** Leader: polls slow down while no tab of the app is visible. */
   #applyVisibility() {
     if (this.role !== 'leader' || !this.#worker) return;
@@ -413,21 +467,22 @@ export class Hub {
     this.closed = true;
     this.#failReady(error);
     this.#calls.rejectAll(error);
-    if (this.role === 'leader') {
-      this.#stopWorker();
-      this.#releaseLock?.();
-    }
+    this.#election?.abort(); // a lock request still waiting
+    this.#stopWorker(); // also a worker still opening
+    this.#releaseLock?.();
     this.#shared?.postMessage({ type: 'bye', from: this.tabId });
     this.#shared?.close();
     this.#inbox?.close();
     for (const c of this.#outboxes.values()) c.close();
     if (this.onVisibility) document.removeEventListener('visibilitychange', this.onVisibility);
+    if (this.onPageHide) removeEventListener('pagehide', this.onPageHide);
     this.#emit('closed', error);
   }
 
   /** Closes this tab's engine: calls still running reject with CLOSED. */
   async close() {
     if (this.closed) return;
+    this.#closing = true;
     if (this.role === 'leader' && this.#worker) {
       const stop = this.#toWorker('close', []).catch(() => {});
       await Promise.race([stop, new Promise((r) => setTimeout(r, 2000))]);

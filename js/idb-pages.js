@@ -31,13 +31,45 @@ function open(dbName) {
         req.result.createObjectStore('pages');
         req.result.createObjectStore('meta');
       };
-      req.onsuccess = () => resolve(req.result);
+      req.onsuccess = () => {
+        const db = req.result;
+        // A connection the browser closed (WebKit's "connection to Indexed Database server
+        // lost", a deletion elsewhere) is reopened by the next call.
+        db.onclose = () => connections.get(dbName) === c && connections.delete(dbName);
+        db.onversionchange = () => {
+          db.close();
+          if (connections.get(dbName) === c) connections.delete(dbName);
+        };
+        resolve(db);
+      };
       req.onerror = () => reject(req.error);
       req.onblocked = () => reject(new Error('the page store is blocked by another connection'));
     });
+    c.catch(() => connections.get(dbName) === c && connections.delete(dbName));
     connections.set(dbName, c);
   }
   return c;
+}
+
+/** A transaction on `dbName`'s store; a connection found closed is reopened once. */
+async function transaction(dbName, mode, options) {
+  try {
+    return (await open(dbName)).transaction(['pages', 'meta'], mode, options);
+  } catch (e) {
+    if (e?.name !== 'InvalidStateError') throw e;
+    connections.delete(dbName);
+    return (await open(dbName)).transaction(['pages', 'meta'], mode, options);
+  }
+}
+
+let poisoned = null;
+
+/**
+ * Refuses every later write (the worker calls it when the wasm module trapped: nothing in its
+ * memory can be trusted to be a committed state).
+ */
+export function poison(reason) {
+  poisoned = reason;
 }
 
 /** Whether this context has IndexedDB at all. */
@@ -45,8 +77,7 @@ export const available = () => typeof indexedDB !== 'undefined' && indexedDB !==
 
 /** Every stored page of `dbName`: `{pageSize, size, pages: [[index, bytes]...]}`. */
 export async function load(dbName) {
-  const db = await open(dbName);
-  const tx = db.transaction(['pages', 'meta'], 'readonly');
+  const tx = await transaction(dbName, 'readonly');
   const [header, keys, values] = await Promise.all([
     request(tx.objectStore('meta').get('header')),
     request(tx.objectStore('pages').getAllKeys()),
@@ -61,9 +92,9 @@ export async function load(dbName) {
  * Rejects, writing nothing, if another worker wrote the store since this one loaded it.
  */
 export async function store(dbName, pageSize, size, pages) {
-  const db = await open(dbName);
-  const tx = db.transaction(['pages', 'meta'], 'readwrite', { durability: 'strict' });
-  let conflict = null;
+  if (poisoned) throw new Error(`the engine stopped (${poisoned}); nothing more is saved until the page reloads`);
+  const tx = await transaction(dbName, 'readwrite', { durability: 'strict' });
+  let conflict = null; // why the transaction was aborted on purpose
   let written = null;
   const done = new Promise((resolve, reject) => {
     tx.oncomplete = () => {
@@ -90,10 +121,16 @@ export async function store(dbName, pageSize, size, pages) {
       return;
     }
     written = expected + 1;
-    const store = tx.objectStore('pages');
-    for (const [index, bytes] of pages) store.put(bytes, index);
-    store.delete(IDBKeyRange.lowerBound(Math.ceil(size / pageSize)));
-    meta.put({ pageSize, size, generation: written }, 'header');
+    try {
+      const store = tx.objectStore('pages');
+      for (const [index, bytes] of pages) store.put(bytes, index);
+      store.delete(IDBKeyRange.lowerBound(Math.ceil(size / pageSize)));
+      meta.put({ pageSize, size, generation: written }, 'header');
+    } catch (e) {
+      // A write refused at once (a bad key, a quota): nothing of this transaction is kept.
+      conflict = e;
+      tx.abort();
+    }
   };
   await done;
 }
@@ -112,7 +149,32 @@ export async function drop(dbName) {
   });
 }
 
-/** The `{load, store}` pair the engine's IndexedDB storage uses. */
+/** Whether IndexedDB holds a database `dbName` with data (without creating one). */
+export async function has(dbName) {
+  if (!available()) return false;
+  const name = `simplysync-pages:${dbName}`;
+  if (typeof indexedDB.databases === 'function') {
+    const all = await indexedDB.databases().catch(() => null);
+    if (all && !all.some((d) => d.name === name)) return false;
+  }
+  const tx = await transaction(dbName, 'readonly');
+  const header = await request(tx.objectStore('meta').get('header'));
+  return (header?.size ?? 0) > 0;
+}
+
+/** Whether OPFS holds a pool directory for `dbName` (the OPFS storage's files). */
+export async function opfsHas(dbName) {
+  try {
+    const root = await navigator.storage.getDirectory();
+    const dir = await (await root.getDirectoryHandle('simplysync')).getDirectoryHandle(dbName);
+    for await (const _ of dir.keys()) return true;
+    return false;
+  } catch {
+    return false;
+  }
+}
+
+/** What the engine's IndexedDB storage uses: `{load, store, has, opfsHas}`. */
 export function pageStore() {
-  return available() ? { load, store } : undefined;
+  return available() ? { load, store, has, opfsHas } : undefined;
 }

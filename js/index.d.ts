@@ -263,9 +263,9 @@ export interface HeldEvent {
 }
 
 /**
- * Where the database lives: `opfs` (OPFS sync access handles), `idb` (IndexedDB: durable, held
- * in memory and saved after each write) or `memory` (not durable). `reason` says why a fallback
- * was used (null on OPFS).
+ * Where the database lives: `opfs` (OPFS sync access handles), `idb` (IndexedDB: held in memory
+ * and saved after each write; durable, except in a private window, whose IndexedDB lasts for the
+ * session) or `memory` (not durable). `reason` says why a fallback was used (null on OPFS).
  */
 export interface StorageInfo {
   mode: 'opfs' | 'idb' | 'memory';
@@ -274,7 +274,7 @@ export interface StorageInfo {
   /**
    * The answer to `navigator.storage.persist()`, asked when a durable engine opens:
    * `granted` (the browser will not evict the data), `denied`, `unanswered` (no answer within
-   * 3 s, e.g. a permission prompt) or `unsupported`. Absent for memory storage.
+   * 3 s, e.g. a permission prompt) or `unsupported`. Absent when the storage is not durable.
    */
   persisted?: 'granted' | 'denied' | 'unanswered' | 'unsupported';
 }

@@ -5,7 +5,7 @@
 // with the panic's message, and the tab starts a fresh worker.
 import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
 import { custodyFor, forget, markStored } from './custody.js';
-import { drop as dropPages, pageStore } from './idb-pages.js';
+import { drop as dropPages, pageStore, poison } from './idb-pages.js';
 
 const ready = init();
 let engine = null;
@@ -34,7 +34,7 @@ async function open(secret, options) {
   engine.onStatus((data) => post({ event: 'status', data }));
   engine.onProgress((data) => post({ event: 'progress', data }));
   const storage = engine.storage();
-  if (storage.durable) await markStored(dbName);
+  if (storage.mode !== 'memory') await markStored(dbName);
   return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema };
 }
 
@@ -89,19 +89,37 @@ async function run(method, args, requestId) {
 
 self.onmessage = async ({ data }) => {
   const { id, method, args, requestId } = data;
+  let value;
   try {
     await ready;
-    const value = await run(method, args ?? [], requestId);
-    // Acknowledge only what is durable (IndexedDB storage flushes here; a no-op on OPFS).
-    if (engine) await engine.flush();
-    post({ id, ok: true, value }, value instanceof Uint8Array ? [value.buffer] : undefined);
+    value = await run(method, args ?? [], requestId);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {
       const message = takePanicMessage() ?? e.message;
       engine = null; // the module trapped: nothing in it can be trusted any more
+      poison('the engine crashed'); // and none of its memory may reach IndexedDB
       post({ id, ok: false, fatal: true, error: { message: `the engine crashed: ${message}`, code: 'PANIC' } });
       return;
     }
+    // A call that failed may still have committed locally (a re-key whose sync failed): save it.
+    await flushed().catch(() => {});
     post({ id, ok: false, error: { message: e?.message ?? String(e), code: e?.code ?? 'INTERNAL' } });
+    return;
   }
+  try {
+    // Acknowledge only what is durable (IndexedDB storage flushes here; a no-op on OPFS).
+    await flushed();
+  } catch (e) {
+    const conflict = String(e?.message ?? e).includes('another tab or window wrote database');
+    // Another tab wrote the page store (no Web Locks here): this worker's copy is stale. Fatal:
+    // the tab restarts its worker, which loads the current state.
+    post({ id, ok: false, fatal: conflict, error: { message: e?.message ?? String(e), code: e?.code ?? 'STORAGE' } });
+    return;
+  }
+  post({ id, ok: true, value }, value instanceof Uint8Array ? [value.buffer] : undefined);
 };
+
+/** Saves what the last call changed (IndexedDB storage; nothing to do on OPFS). */
+async function flushed() {
+  if (engine) await engine.flush();
+}

@@ -106,16 +106,19 @@ impl Engine {
     /// stays open until [`Engine::confirm_rekey`] (or the next open with `new_secret`). Store
     /// `new_secret` first, then confirm. Until then, opening with the old secret undoes it.
     pub async fn rekey(&self, new_secret: &str) -> Result<SyncReport, EngineError> {
-        self.rekey_storing(new_secret, None).await
+        self.rekey_storing(new_secret, None, None).await
     }
 
     /// [`Engine::rekey`] that also stores `wrapped_secret` (the new secret sealed by the
     /// platform's key custody, see [`Engine::wrapped_secret`]) in the switch's transaction, so
     /// the database never holds one owner's data with the other's stored secret.
+    /// With `request_id`, the id is recorded in the switch's transaction (see
+    /// [`Engine::once_async`]).
     pub async fn rekey_storing(
         &self,
         new_secret: &str,
         wrapped_secret: Option<&str>,
+        request_id: Option<&str>,
     ) -> Result<SyncReport, EngineError> {
         let secret = Secret::parse(new_secret)?;
         let new_id = secret.identity();
@@ -170,7 +173,10 @@ impl Engine {
                 if let Some(wrapped) = wrapped_secret {
                     system::meta_set(tx, WRAPPED_SECRET_KEY, wrapped)?;
                 }
-                self.record_request(tx, &())
+                match request_id {
+                    Some(id) => self.write_request(tx, id, "null"),
+                    None => Ok(()),
+                }
             })?;
             // Only once the switch committed does the engine speak as the new owner.
             *self.keys.borrow_mut() = Keys { secret, identity: new_id };
@@ -183,10 +189,16 @@ impl Engine {
     /// Finishes a re-key once the app stored the new secret: queues the close of the old owner
     /// on every relay and runs a pass (a relay that is down gets the close on a later pass).
     pub async fn confirm_rekey(&self) -> Result<SyncReport, EngineError> {
+        self.confirm_rekey_request(None).await
+    }
+
+    /// [`Engine::confirm_rekey`], recording `request_id` with the confirmation (see
+    /// [`Engine::once_async`]).
+    pub async fn confirm_rekey_request(&self, request_id: Option<&str>) -> Result<SyncReport, EngineError> {
         {
             let _guard = self.sync_lock.lock().await;
             let handover = Handover::load(&self.db.borrow())?.ok_or(EngineError::NoPendingRekey)?;
-            self.confirm(&handover)?;
+            self.confirm(&handover, request_id)?;
         }
         self.sync(SyncTrigger::Manual).await
     }
@@ -207,13 +219,16 @@ impl Engine {
         Ok(Handover::load(&self.db.borrow())?.map(|h| h.to))
     }
 
-    fn confirm(&self, handover: &Handover) -> Result<(), EngineError> {
+    fn confirm(&self, handover: &Handover, request_id: Option<&str>) -> Result<(), EngineError> {
         let current = self.identity();
         let old = handover.other_secret(&current)?.identity();
         self.write(|tx| {
             self.queue_close(tx, &old, &current)?;
             system::meta_delete(tx, HANDOVER_KEY)?;
-            self.record_request(tx, &())
+            match request_id {
+                Some(id) => self.write_request(tx, id, "null"),
+                None => Ok(()),
+            }
         })
     }
 
@@ -222,7 +237,7 @@ impl Engine {
         let Some(handover) = handover else { return Ok(()) };
         match opening {
             Opening::Plain => Ok(()),
-            Opening::Confirm => self.confirm(&handover),
+            Opening::Confirm => self.confirm(&handover, None),
             Opening::Abort => {
                 let current = self.identity();
                 let abandoned = handover.other_secret(&current)?.identity();

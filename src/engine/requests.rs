@@ -30,7 +30,7 @@ impl Engine {
 
     /// Writes `request_id` and `result` inside `tx` (with the effect), and forgets ids older
     /// than a day.
-    pub(crate) fn write_request(&self, tx: &Connection, request_id: &str, result: &str) -> Result<(), EngineError> {
+    pub fn write_request(&self, tx: &Connection, request_id: &str, result: &str) -> Result<(), EngineError> {
         let now = self.now();
         tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
             .execute(rusqlite::params![request_id, result, now as i64])?;
@@ -71,28 +71,29 @@ impl Engine {
         out
     }
 
-    /// [`Engine::once`] for an asynchronous call. `replay` answers a repeated id (the recorded
-    /// result is that the effect happened; e.g. a re-key's repeated call just syncs again).
-    pub async fn once_async<T, F, Fut, R, RFut>(
+    /// [`Engine::once`] for an asynchronous call: `f` gets the id and must record it itself
+    /// ([`Engine::write_request`]) in the transaction that makes its effect — an id cannot wait
+    /// in a shared slot across `await`s, where another call could take it. `replay` answers a
+    /// repeated id (the recorded result is that the effect happened; e.g. a re-key's repeated
+    /// call just syncs again).
+    pub async fn once_async<'a, T, F, Fut, R, RFut>(
         &self,
-        request_id: Option<&str>,
+        request_id: Option<&'a str>,
         f: F,
         replay: R,
     ) -> Result<T, EngineError>
     where
-        F: FnOnce() -> Fut,
+        F: FnOnce(Option<&'a str>) -> Fut,
         Fut: Future<Output = Result<T, EngineError>>,
         R: FnOnce() -> RFut,
         RFut: Future<Output = Result<T, EngineError>>,
     {
-        let Some(id) = request_id else { return f().await };
-        validate_request_id(id)?;
-        if self.recorded_request(id)?.is_some() {
-            return replay().await;
+        if let Some(id) = request_id {
+            validate_request_id(id)?;
+            if self.recorded_request(id)?.is_some() {
+                return replay().await;
+            }
         }
-        *self.request.borrow_mut() = Some(id.to_owned());
-        let out = f().await;
-        self.request.borrow_mut().take();
-        out
+        f(request_id).await
     }
 }

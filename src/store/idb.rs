@@ -266,6 +266,10 @@ fn installed() -> Result<AppData, StoreError> {
 pub struct PageStore {
     load: Function,
     store: Function,
+    /// `has(name) → Promise<bool>`: whether IndexedDB holds database `name` (optional).
+    has: Option<Function>,
+    /// `opfsHas(name) → Promise<bool>`: whether OPFS holds a pool for `name` (optional).
+    opfs_has: Option<Function>,
 }
 
 impl std::fmt::Debug for PageStore {
@@ -292,7 +296,24 @@ impl PageStore {
                 .and_then(|f| f.dyn_into::<Function>().ok())
                 .ok_or_else(|| StoreError::Opfs(format!("the IndexedDB page store lacks {name}()")))
         };
-        Ok(PageStore { load: f("load")?, store: f("store")? })
+        let optional = |name: &str| Reflect::get(v, &name.into()).ok().and_then(|f| f.dyn_into::<Function>().ok());
+        Ok(PageStore { load: f("load")?, store: f("store")?, has: optional("has"), opfs_has: optional("opfsHas") })
+    }
+
+    async fn ask(f: Option<&Function>, name: &str) -> bool {
+        let Some(f) = f else { return false };
+        let Ok(p) = f.call1(&JsValue::NULL, &name.into()) else { return false };
+        JsFuture::from(Promise::from(p)).await.ok().and_then(|v| v.as_bool()).unwrap_or(false)
+    }
+
+    /// Whether IndexedDB already holds database `name` (`false` if unknown).
+    pub async fn holds(&self, name: &str) -> bool {
+        Self::ask(self.has.as_ref(), name).await
+    }
+
+    /// Whether OPFS holds a pool directory for database `name` (`false` if unknown).
+    pub async fn opfs_holds(&self, name: &str) -> bool {
+        Self::ask(self.opfs_has.as_ref(), name).await
     }
 }
 
@@ -316,6 +337,13 @@ pub async fn open_database(pages: &PageStore, name: &str, page_size: u32) -> Res
         }
         mirror.data.truncate(size).map_err(|e| StoreError::Opfs(e.to_string()))?;
         mirror.size = size;
+        if size == 0 {
+            // A new database: prove IndexedDB takes writes here (a private mode or a full quota
+            // may refuse them) before anyone relies on it being durable.
+            let args = Array::of4(&name.into(), &(mirror.page_size as f64).into(), &0.into(), &Array::new().into());
+            let probe = pages.store.apply(&JsValue::NULL, &args).map_err(|e| js_err("first write", e))?;
+            JsFuture::from(Promise::from(probe)).await.map_err(|e| js_err("first write", e))?;
+        }
         data.mirrors.borrow_mut().insert(name.to_owned(), Rc::new(RefCell::new(mirror)));
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;

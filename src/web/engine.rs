@@ -36,7 +36,7 @@ struct OpenOptions {
     db_name: Option<String>,
     sync_interval_ms: Option<u32>,
     auto_sync: Option<bool>,
-    /// "auto" (default: OPFS, else memory), "opfs" (fail without it), "memory".
+    /// "auto" (default: OPFS, else IndexedDB, else memory), "opfs", "idb" (fail without it), "memory".
     storage: Option<String>,
     /// The relays' `MAX_EVENT_BYTES` (default 262144).
     max_event_bytes: Option<f64>,
@@ -183,6 +183,14 @@ fn opfs_busy(e: &str) -> bool {
     e.contains("NoModificationAllowed")
 }
 
+/// OPFS sync access handles do not exist here (no API, not supported, not allowed): a reason
+/// to use the next backend, unlike a failure of OPFS that does exist.
+fn opfs_unsupported(e: &str) -> bool {
+    ["NotSupportedError", "SecurityError", "dedicated worker", "not a function", "undefined", "getDirectory"]
+        .iter()
+        .any(|m| e.contains(m))
+}
+
 /// How long to wait for another worker (a closing leader tab) to release the OPFS pool.
 const OPFS_BUSY_WAIT_MS: u32 = 10_000;
 
@@ -213,12 +221,12 @@ async fn open_storage(
     db_name: &str,
     pages: Option<&PageStore>,
 ) -> Result<(rusqlite::Connection, StorageInfo), JsValue> {
-    let idb = |reason: Option<String>| async move {
+    let idb = |reason: Option<String>, durable: bool| async move {
         let pages = pages.ok_or_else(|| "no IndexedDB page store was given".to_owned())?;
         let conn = crate::store::idb::open_database(pages, db_name, crate::store::PAGE_SIZE)
             .await
             .map_err(|e| e.to_string())?;
-        Ok::<_, String>((conn, StorageInfo { mode: "idb", durable: true, reason }))
+        Ok::<_, String>((conn, StorageInfo { mode: "idb", durable, reason }))
     };
     let memory = |reason: String| {
         let conn = crate::store::open_memory().map_err(storage_err)?;
@@ -230,8 +238,18 @@ async fn open_storage(
             .await
             .map(|conn| (conn, StorageInfo { mode: "opfs", durable: true, reason: None }))
             .map_err(|e| storage_err(format!("OPFS storage is unavailable: {e}"))),
-        "idb" => idb(None).await.map_err(|e| storage_err(format!("IndexedDB storage is unavailable: {e}"))),
+        "idb" => idb(None, true).await.map_err(|e| storage_err(format!("IndexedDB storage is unavailable: {e}"))),
         "auto" => {
+            // A database already in IndexedDB stays there (it was created where OPFS sync
+            // access handles were missing): opening an empty one on OPFS would orphan it.
+            if let Some(p) = pages {
+                if p.holds(db_name).await {
+                    let why = "this database lives in IndexedDB (it was created where OPFS sync access handles were unavailable)";
+                    return idb(Some(why.into()), true)
+                        .await
+                        .map_err(|e| storage_err(format!("IndexedDB storage failed: {e}")));
+                }
+            }
             let opfs_error = match open_opfs(db_name).await {
                 Ok(conn) => return Ok((conn, StorageInfo { mode: "opfs", durable: true, reason: None })),
                 Err(e) if opfs_busy(&e) => {
@@ -239,8 +257,30 @@ async fn open_storage(
                 }
                 Err(e) => e,
             };
+            // OPFS failed. Where it is simply not available here, go on to IndexedDB; where it
+            // failed otherwise (a quota, a transient error) but holds this database, falling
+            // back would open an empty copy beside it: fail instead, and let the app retry.
+            if let Some(p) = pages.filter(|_| !opfs_unsupported(&opfs_error)) {
+                if p.opfs_holds(db_name).await {
+                    return Err(storage_err(format!(
+                        "{db_name:?} is stored on OPFS, which failed to open ({opfs_error}); not opening an \
+                         empty copy elsewhere — try again"
+                    )));
+                }
+            }
             let why = format!("OPFS sync access handles are unavailable here ({opfs_error})");
-            match idb(Some(format!("{why}; the database lives in IndexedDB"))).await {
+            // OPFS refused for security while IndexedDB works: a private window (Firefox's),
+            // whose IndexedDB is deleted when the private session ends.
+            let (durable, where_) = if opfs_error.contains("SecurityError") {
+                (
+                    false,
+                    "; the database lives in IndexedDB, which this browser keeps only for the session (a private \
+                     window?): it is deleted when the session ends",
+                )
+            } else {
+                (true, "; the database lives in IndexedDB")
+            };
+            match idb(Some(format!("{why}{where_}")), durable).await {
                 Ok(opened) => Ok(opened),
                 Err(idb_error) => memory(format!(
                     "{why}, and so is IndexedDB ({idb_error}); data lives in memory and is lost when the page \
@@ -328,7 +368,7 @@ impl WebEngine {
         };
         let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
         let engine = Engine::open(conn, config, env).map_err(err)?;
-        let custody = custody.filter(|_| storage.durable);
+        let custody = custody.filter(|_| storage.mode != "memory");
         if let Some(c) = &custody {
             let wrapped = c.wrap(&engine.recovery_secret()).await?;
             engine.set_wrapped_secret(&wrapped).map_err(err)?;
@@ -405,7 +445,7 @@ impl WebEngine {
         self.inner.current().map(|e| e.device_id().to_owned()).unwrap_or_default()
     }
 
-    /// `{mode: "opfs" | "memory", durable, reason}`.
+    /// `{mode: "opfs" | "idb" | "memory", durable, reason}`.
     pub fn storage(&self) -> JsValue {
         serde_to_js(&self.inner.storage)
     }
@@ -604,7 +644,7 @@ impl WebEngine {
         let report = e
             .once_async(
                 request_id.as_deref(),
-                || e.rekey_storing(&new_secret, wrapped.as_deref()),
+                |id| e.rekey_storing(&new_secret, wrapped.as_deref(), id),
                 || e.sync(SyncTrigger::Manual),
             )
             .await
@@ -617,7 +657,7 @@ impl WebEngine {
     pub async fn confirm_rekey(&self, request_id: Option<String>) -> Result<JsValue, JsValue> {
         let e = &self.engine()?;
         let report = e
-            .once_async(request_id.as_deref(), || e.confirm_rekey(), || e.sync(SyncTrigger::Manual))
+            .once_async(request_id.as_deref(), |id| e.confirm_rekey_request(id), || e.sync(SyncTrigger::Manual))
             .await
             .map_err(err)?;
         Ok(serde_to_js(&report))

@@ -55,20 +55,29 @@ after(async () => {
   await app?.close();
 });
 
+// What each engine is expected to offer and pick (the README's support table).
 const ENGINES = [
-  { name: 'Firefox ESR', kind: 'firefox', storage: 'opfs' },
-  { name: 'WebKitGTK with Safari\'s storage APIs', kind: 'webkit', safariFeatures: true, storage: 'idb' },
-  { name: 'WebKitGTK with its defaults', kind: 'webkit', safariFeatures: false, storage: 'idb' },
+  { name: 'Firefox ESR', kind: 'firefox', storage: 'opfs', persisted: 'unanswered', opfsApi: true, reason: null },
+  {
+    name: 'WebKitGTK with Safari\'s storage APIs',
+    kind: 'webkit',
+    safariFeatures: true,
+    storage: 'idb',
+    persisted: 'denied',
+    opfsApi: true,
+    reason: /NotSupportedError/,
+  },
+  { name: 'WebKitGTK with its defaults', kind: 'webkit', safariFeatures: false, storage: 'idb', persisted: 'unsupported', opfsApi: false, reason: /unavailable/ },
 ];
 
 for (const engine of ENGINES) {
-  test(`${engine.name}: two devices, a reload, offline and online, and two tabs`, async (t) => {
+  test(`${engine.name}: two devices, a reload, offline and online, two tabs, a browser restart`, async (t) => {
     const proxy = await relayProxy();
     // One driver per device: WebKitWebDriver runs one session at a time.
-    const device = async () => {
+    const device = async (profile) => {
       const driver = await Driver.start(engine.kind, { display: xvfb.display });
       drivers.push(driver);
-      const s = await driver.session({ safariFeatures: engine.safariFeatures });
+      const s = await driver.session({ safariFeatures: engine.safariFeatures, profile });
       await s.navigate(app.url);
       await s.until(() => window.simplysync, 'the package');
       return s;
@@ -88,9 +97,15 @@ for (const engine of ENGINES) {
     const a = await device();
     const phrase = await a.run(() => window.simplysync.createMnemonic());
     const first = await open(a, phrase);
+    t.diagnostic(`storage: ${first.mode}, reason: ${first.reason}, persist(): ${first.persisted}`);
     assert.equal(first.mode, engine.storage, first.reason ?? '');
     assert.equal(first.durable, true);
-    t.diagnostic(`storage: ${first.mode}, reason: ${first.reason}, persist(): ${first.persisted}`);
+    assert.equal(first.persisted, engine.persisted);
+    if (engine.reason) assert.match(first.reason, engine.reason);
+    else assert.equal(first.reason, null);
+    // The browser settings took effect: Safari's storage APIs on, or WebKitGTK's defaults.
+    const api = await a.run(() => typeof globalThis.navigator.storage?.getDirectory === 'function');
+    assert.equal(api, engine.opfsApi, 'navigator.storage.getDirectory is there exactly when expected');
     await a.run(async () => {
       await window.engine.insert('todos', { id: '1', title: 'one' });
       await window.engine.insert('todos', { id: '2', title: 'two' });
@@ -132,7 +147,18 @@ for (const engine of ENGINES) {
     await a.switchTo(tab1);
     await a.until(async () => (await window.engine.list('todos')).length === 4, 'tab 1 sees tab 2\'s write');
 
+    // Offline, A writes and its browser quits; restarted on the same profile (still offline,
+    // so nothing can come back from the relay), A still has the write: it was durable locally.
+    proxy.offline();
+    await a.run(() => window.engine.insert('todos', { id: '5', title: 'before the browser quit' }));
+    const profile = a.profile;
     await a.quit();
+    const restarted = await device(profile);
+    const again = await open(restarted, undefined);
+    assert.deepEqual([again.ownerId, again.mode], [first.ownerId, engine.storage], 'the same database, its secret kept');
+    assert.deepEqual(await titles(restarted), ['one', 'two', 'written offline', 'from tab 2', 'before the browser quit']);
+
+    await restarted.quit();
     await b.quit();
     await proxy.close();
   });
@@ -239,3 +265,29 @@ for (const engine of ENGINES) {
     await proxy.close();
   });
 }
+
+test('Firefox ESR in a private window: IndexedDB for the session, and storage() says it is not durable', async () => {
+  const driver = await Driver.start('firefox', { display: xvfb.display });
+  drivers.push(driver);
+  const s = await driver.session({ privateBrowsing: true });
+  await s.navigate(app.url);
+  await s.until(() => window.simplysync, 'the package');
+  const opts = { relays: [], schema: SCHEMA, dbName: 'private.db', autoSync: false };
+  const first = await s.run(async (o) => {
+    window.engine = await window.simplysync.createEngine({ ...o, secret: await window.simplysync.createMnemonic() });
+    await window.engine.insert('todos', { id: 'p', title: 'for this session' });
+    return window.engine.storage();
+  }, opts);
+  assert.deepEqual([first.mode, first.durable], ['idb', false], first.reason);
+  assert.match(first.reason, /SecurityError/);
+  assert.match(first.reason, /deleted when the session ends/);
+  // Within the session the data and the kept secret survive a reload.
+  await s.refresh();
+  await s.until(() => window.simplysync, 'the package after the reload');
+  const titles = await s.run(async (o) => {
+    window.engine = await window.simplysync.createEngine(o);
+    return (await window.engine.list('todos')).map((r) => r.title);
+  }, opts);
+  assert.deepEqual(titles, ['for this session']);
+  await s.quit();
+});

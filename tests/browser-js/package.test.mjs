@@ -210,6 +210,12 @@ test('without Web Locks or BroadcastChannel each tab runs its own engine, and a 
     window.engine.insert('todos', { id: '3', title: 'stale tab' }).then(() => 'saved', (e) => `${e.code}: ${e.message}`),
   );
   assert.match(refused, /^STORAGE: .*another tab or window wrote database no-locks\.db/);
+  // Its worker restarts and loads the current state: it now sees the other tab's row.
+  await eventually(
+    () => tab1.evaluate(async () => (await window.engine.list('todos')).some((r) => r.title === 'second tab')).catch(() => false),
+    15000,
+    'the stale tab reloads',
+  );
 
   // What the second tab saved is intact: a fresh page reads both its rows.
   await tab1.close();

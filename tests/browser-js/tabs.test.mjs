@@ -201,11 +201,15 @@ test('every call settles: deadlines, close during a call, and a worker that dies
   assert.equal(closing, 'CLOSED');
   assert.equal((await attempt(page, (e) => e.list('todos'))).error.code, 'CLOSED');
 
-  await open(page, { relays: [], schema: SCHEMA, autoSync: false, dbName: 'settle.db' });
+  await open(page, { relays: [STALLED], schema: SCHEMA, autoSync: false, dbName: 'settle.db', requestTimeoutMs: 20000 });
   await attempt(page, (e) => e.insert('todos', { id: 'before', title: 'x' }));
   const worker = page.workers().find((w) => w.url().includes('worker'));
   assert.ok(worker, 'the engine worker');
+  // A call in flight when the worker dies rejects with WORKER; the worker is restarted.
+  const inFlight = page.evaluate(() => window.engine.sync().then(() => 'resolved', (e) => e.code));
+  await new Promise((r) => setTimeout(r, 300));
   await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
+  assert.equal(await inFlight, 'WORKER');
   await eventually(async () => (await attempt(page, (e) => e.list('todos'))).value?.length === 1, 15000, 'the restarted engine');
   await attempt(page, (e) => e.insert('todos', { id: 'after', title: 'y' }));
   assert.deepEqual((await attempt(page, (e) => e.list('todos'))).value.map((r) => r.id), ['after', 'before']);
@@ -233,5 +237,114 @@ test('a hidden page polls less than a visible one', async () => {
   await eventually(() => witness.evaluate(() => window.passes >= 15), 10000, 'the visible engine polls');
   const [h, w] = [await hidden.evaluate(() => window.passes), await witness.evaluate(() => window.passes)];
   assert.ok(h * 2 <= w, `hidden ${h} status events vs visible ${w}`);
+  await context.close();
+});
+
+test('a tab that cannot take over for good closes with the reason instead of waiting', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { relays: [], schema: SCHEMA, autoSync: false, dbName: 'lost-key.db' };
+  await open(t1, { ...opts, secret: await phraseIn(t1) });
+  assert.equal((await open(t2, opts)).role, 'follower', 'the follower has no secret of its own');
+  const closed = t2.evaluate(() => new Promise((resolve) => window.engine.onClose((e) => resolve(e.code))));
+  // The browser evicts the custody key; then the running tab closes.
+  await t2.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const req = indexedDB.open('simplysync-custody', 1);
+        req.onsuccess = () => {
+          const tx = req.result.transaction('keys', 'readwrite');
+          tx.objectStore('keys').delete('lost-key.db');
+          tx.oncomplete = () => resolve(req.result.close());
+          tx.onerror = () => reject(tx.error);
+        };
+        req.onerror = () => reject(req.error);
+      }),
+  );
+  await t1.close();
+  assert.equal(await closed, 'SECRET_LOST', 'the app hears why (onClose)');
+  const started = Date.now();
+  assert.equal((await attempt(t2, (e) => e.list('todos'))).error.code, 'CLOSED');
+  assert.ok(Date.now() - started < 5000, 'calls fail at once instead of waiting for a leader');
+  await context.close();
+});
+
+test('an engine that does not open in time never starts later behind the app', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const phrase = await phraseIn(page);
+  const opts = { secret: phrase, relays: [], schema: SCHEMA, autoSync: false, dbName: 'late.db' };
+  const late = await open(page, { ...opts, openTimeoutMs: 1 });
+  assert.equal(late.error.code, 'TIMEOUT');
+  // Nothing holds or waits for the database's lock, and no engine worker is left running.
+  await eventually(
+    () => page.evaluate(async () => {
+      const q = await navigator.locks.query();
+      return [...q.held, ...q.pending].every((l) => l.name !== 'simplysync:late.db');
+    }),
+    5000,
+    'the lock is free',
+  );
+  await eventually(() => page.workers().filter((w) => w.url().includes('worker')).length === 0, 5000, 'no worker left');
+  const again = await open(page, { ...opts, openTimeoutMs: 20000 });
+  assert.deepEqual([again.role, again.storage.mode], ['leader', 'opfs'], 'the database opens normally');
+  await context.close();
+});
+
+test('calls a closing leader ran but never answered are re-sent to the next leader and apply once', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { relays: [], schema: SCHEMA, autoSync: false, dbName: 'resend.db' };
+  await open(t1, { ...opts, secret: await phraseIn(t1) });
+  assert.equal((await open(t2, opts)).role, 'follower');
+  // The leader runs every call but its answers are lost on the way back.
+  await t1.evaluate(() => {
+    const post = BroadcastChannel.prototype.postMessage;
+    BroadcastChannel.prototype.postMessage = function (m) {
+      if (m?.type !== 'result') post.call(this, m);
+    };
+  });
+  const outcome = t2.evaluate(async () => {
+    const writes = [];
+    for (let i = 0; i < 20; i++) writes.push(window.engine.insert('todos', { id: `w${i}`, title: 'x' }));
+    writes.push(window.engine.putBlob(new Uint8Array([7, 7, 7]), { mimeType: 'text/plain' }));
+    return (await Promise.allSettled(writes)).map((r) => r.status);
+  });
+  await eventually(() => t1.evaluate(async () => (await window.engine.list('todos')).length === 20), 10000, 'the leader ran them');
+  await t1.evaluate(() => window.engine.close());
+  assert.deepEqual(await outcome, Array(21).fill('fulfilled'), 'every call was answered by the next leader');
+  assert.equal(await t2.evaluate(() => window.engine.role), 'leader');
+  const counts = await t2.evaluate(async () => {
+    const [rows] = await window.engine.query('SELECT count(*) AS n FROM todos');
+    const [blobs] = await window.engine.query('SELECT count(*) AS n FROM blob');
+    return [rows.n, blobs.n];
+  });
+  assert.deepEqual(counts, [20, 1], 'each write applied once, not again when re-sent');
+  await context.close();
+});
+
+test('a hidden leader polls at full rate while a follower is visible, and slows once that tab closes', async () => {
+  const context = await browser.newContext();
+  const [leader, follower] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { relays: [RELAY], schema: SCHEMA, syncIntervalMs: 200, dbName: 'visible-follower.db' };
+  await open(leader, { ...opts, secret: await phraseIn(leader) });
+  await leader.evaluate(() => {
+    Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  });
+  assert.equal((await open(follower, opts)).role, 'follower');
+  const passesIn = (ms) =>
+    leader.evaluate(async (ms) => {
+      let n = 0;
+      const off = window.engine.onStatus(() => n++);
+      await new Promise((r) => setTimeout(r, ms));
+      off();
+      return n;
+    }, ms);
+  const whileVisible = await passesIn(2400);
+  await follower.close(); // pagehide: the tab says goodbye
+  await new Promise((r) => setTimeout(r, 400));
+  const afterClose = await passesIn(2400);
+  assert.ok(whileVisible >= 2 * Math.max(1, afterClose), `with a visible follower ${whileVisible} status events, after it closed ${afterClose}`);
   await context.close();
 });

@@ -69,12 +69,22 @@ export class Driver {
     this.child = child;
   }
 
-  /** A new session on a fresh profile directory (a new device). */
-  async session({ safariFeatures = true } = {}) {
-    const profile = mkdtempSync(path.join(os.tmpdir(), `simplysync-${this.kind}-`));
+  /** A new session on a fresh profile directory (a new device), or on `profile` (the same device, its browser restarted). */
+  async session({
+    safariFeatures = true,
+    privateBrowsing = false,
+    profile = mkdtempSync(path.join(os.tmpdir(), `simplysync-${this.kind}-`)),
+  } = {}) {
     const alwaysMatch =
       this.kind === 'firefox'
-        ? { browserName: 'firefox', 'moz:firefoxOptions': { binary: '/usr/bin/firefox-esr', args: ['-headless', '-profile', profile] } }
+        ? {
+            browserName: 'firefox',
+            'moz:firefoxOptions': {
+              binary: '/usr/bin/firefox-esr',
+              args: ['-headless', '-profile', profile],
+              prefs: privateBrowsing ? { 'browser.privatebrowsing.autostart': true } : {},
+            },
+          }
         : {
             'webkitgtk:browserOptions': {
               binary: path.join(here, 'webkit/browser.py'),
@@ -89,6 +99,7 @@ export class Driver {
     const body = await res.json();
     if (!res.ok) throw new Error(`new session: ${JSON.stringify(body)}`);
     const session = new Session(`${this.base}/session/${body.value.sessionId}`);
+    session.profile = profile; // a later session on it is the same browser profile, restarted
     await session.cmd('POST', '/timeouts', { script: 60000, pageLoad: 60000 });
     return session;
   }

@@ -415,11 +415,18 @@ async fn a_re_sent_mutating_call_with_the_same_request_id_takes_effect_once() {
     e.once(Some("tab:4"), || e.remove_relay(&other.url)).unwrap();
     assert_eq!(e.relay_urls().len(), 1);
     let (first, second) = (phrase(), phrase());
-    let r = e.once_async(Some("tab:5"), || e.rekey(&first), || e.sync(SyncTrigger::Manual)).await.unwrap();
+    let r = e
+        .once_async(Some("tab:5"), |id| e.rekey_storing(&first, None, id), || e.sync(SyncTrigger::Manual))
+        .await
+        .unwrap();
     assert!(r.relays[0].error.is_none());
     let owner = e.owner_id();
-    e.once_async(Some("tab:5"), || e.rekey(&second), || e.sync(SyncTrigger::Manual)).await.unwrap();
+    e.once_async(Some("tab:5"), |id| e.rekey_storing(&second, None, id), || e.sync(SyncTrigger::Manual)).await.unwrap();
     assert_eq!(e.owner_id(), owner, "a re-sent re-key does not re-key again");
+    let confirm = || e.once_async(Some("tab:6"), |id| e.confirm_rekey_request(id), || e.sync(SyncTrigger::Manual));
+    confirm().await.unwrap();
+    assert!(confirm().await.is_ok(), "a re-sent confirmation is answered, not NO_PENDING_REKEY");
+    assert_eq!(e.confirm_rekey().await.unwrap_err().code(), "NO_PENDING_REKEY");
     assert_eq!(e.once(Some(""), || Ok(1)).unwrap_err().code(), "INVALID_QUERY");
 }
 
