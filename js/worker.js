@@ -26,7 +26,7 @@ const MUTATING = {
 };
 
 async function open(secret, options) {
-  engine?.free();
+  close();
   engine = await Engine.open(secret ?? undefined, options, custodyFor(options.dbName), pageStore());
   dbName = options.dbName;
   schema = options.schema;
@@ -40,8 +40,10 @@ async function open(secret, options) {
 
 function close() {
   if (!engine) return;
+  // Releases the database at once; the wasm object itself is not freed: calls still running
+  // (a sync waiting on a relay) hold it and settle with CLOSED-class errors, where freeing it
+  // under them would trap ("null pointer passed to rust"). The worker ends with the tab.
   engine.close();
-  engine.free();
   engine = null;
 }
 
