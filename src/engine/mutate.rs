@@ -283,8 +283,7 @@ impl Engine {
     /// Enqueues one canonical upsert per current row (deleted ones included), keeping each
     /// row's HLC as the event id. Relays in `skip` get them marked acknowledged, so only the
     /// others receive them. Used to backfill a new relay and to re-seed a wiped one.
-    pub(crate) fn enqueue_current_rows(&self, tx: &Connection, skip: &[String]) -> Result<u64, EngineError> {
-        let mut n = 0;
+    pub(crate) fn enqueue_current_rows(&self, tx: &Connection, skip: &[String]) -> Result<(), EngineError> {
         for table in self.schema.tables() {
             for row in rows::all_rows(tx, table)? {
                 // An event already queued stays pending for every relay.
@@ -293,10 +292,9 @@ impl Engine {
                         outbox::ack_without_push(tx, relay, &row.updated_at)?;
                     }
                 }
-                n += 1;
             }
         }
-        Ok(n)
+        Ok(())
     }
 
     /// The HLC of the last local or absorbed event, persisted.

@@ -312,5 +312,11 @@ mod tests {
         assert!(a.starts_with("malformed:") && a.len() == "malformed:".len() + 22, "{a}");
         assert_ne!(a, malformed_event_id(r#"{"eventId":6}"#));
         assert!(malformed_event_id("[1,2]").starts_with("malformed:"));
+        // An id must be usable: not empty, at most 256 bytes.
+        assert!(malformed_event_id(r#"{"eventId":""}"#).starts_with("malformed:"));
+        let long = "e".repeat(257);
+        assert!(malformed_event_id(&format!(r#"{{"eventId":"{long}"}}"#)).starts_with("malformed:"));
+        let fits = "e".repeat(256);
+        assert_eq!(malformed_event_id(&format!(r#"{{"eventId":"{fits}"}}"#)), fits);
     }
 }

@@ -7,6 +7,7 @@ mod harness;
 mod budgets;
 mod cli_sync;
 mod convergence;
+mod edges;
 mod failures;
 mod hostile;
 mod listeners;

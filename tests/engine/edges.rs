@@ -1,0 +1,133 @@
+//! Small rules at the edges that each fail a test when broken (found unchecked by
+//! cargo-mutants): row id bounds on every kind of write, what `retry_quarantined` counts, what
+//! a purge removes, a purge holding from the first pass after it, a re-sent transaction, and a
+//! 404 that only `/v1/status` confirms.
+
+use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
+use simplysync::engine::io::HttpRequest;
+use simplysync::engine::Op;
+use simplysync::protocol::Json;
+
+#[test]
+fn a_row_id_is_one_to_256_bytes_on_every_kind_of_write() {
+    let d = Device::new(&phrase(), &[]);
+    let e = &d.engine;
+    let (fits, over) = ("i".repeat(256), "i".repeat(257));
+    assert!(e.insert("todos", todo(&fits, "x")).is_ok(), "256 bytes is allowed");
+    for id in ["", over.as_str()] {
+        let insert = Op::Insert { table: "todos".into(), row: todo(id, "x") };
+        let update =
+            Op::Update { table: "todos".into(), id: id.into(), patch: Json::object([("title", Json::from("y"))]) };
+        let delete = Op::Delete { table: "todos".into(), id: id.into() };
+        for op in [insert, update, delete] {
+            let err = e.transaction(std::slice::from_ref(&op)).unwrap_err();
+            assert_eq!(err.code(), "INVALID_ROW", "{op:?} with an id of {} bytes: {err}", id.len());
+            assert!(err.to_string().contains("at most 256 bytes"), "{err}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn retry_quarantined_counts_events_it_releases_as_stale_too() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("q", "old version")).unwrap();
+    a.sync().await;
+    let envelope: String = {
+        let db = rusqlite::Connection::open(&relay.db).unwrap();
+        db.query_row("SELECT envelope FROM events", [], |r| r.get(0)).unwrap()
+    };
+    let event_id =
+        serde_json::from_str::<serde_json::Value>(&envelope).unwrap()["eventId"].as_str().unwrap().to_owned();
+    let path = temp_dir("retry-stale").join("b.sqlite");
+    let spec = || DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: todo_schema(1, &[]),
+        db_path: Some(path.clone()),
+        clock_ms: T0 + 60_000,
+    };
+    let b = Device::open(spec());
+    b.sync().await;
+    // B writes the row itself later: the version on the relay is older than B's.
+    b.engine.upsert("todos", todo("q", "newer, from b")).unwrap();
+    drop(b);
+    // An older engine had quarantined the relay's event (say, through a bug).
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
+             VALUES (?1, ?2, ?3, 'AUTH_FAILED', 'old bug', 0)",
+            rusqlite::params![relay.url, event_id, envelope],
+        )
+        .unwrap();
+    let b = Device::open(spec());
+    assert_eq!(b.engine.quarantined().unwrap().len(), 1);
+    assert_eq!(b.engine.retry_quarantined().unwrap(), 1, "released as stale, and counted");
+    assert!(b.engine.quarantined().unwrap().is_empty());
+    assert_eq!(b.todos()[0].1.as_str(), Some("newer, from b"), "the newer version stays");
+}
+
+#[tokio::test]
+async fn purging_a_blob_removes_its_chunks_from_the_device() {
+    let d = Device::new(&phrase(), &[]);
+    let m = d.engine.put_blob(&vec![7u8; 300_000], "application/octet-stream", Some(100_000)).unwrap();
+    assert_eq!(d.count("_sync_blob_chunks"), 3);
+    assert_eq!(d.engine.purge_rows("blob", std::slice::from_ref(&m.blob_id)).unwrap(), 1);
+    assert_eq!(d.count("_sync_blob_chunks"), 0, "a purged blob's bytes are gone");
+    d.engine.insert("todos", todo("t", "x")).unwrap();
+    d.engine.delete("todos", "t").unwrap();
+    let other = d.engine.put_blob(b"kept", "text/plain", None).unwrap();
+    d.engine.purge_deleted().unwrap();
+    assert_eq!(d.count("_sync_blob_chunks"), 1, "purging a row leaves other blobs' chunks alone");
+    assert_eq!(d.engine.get_blob(&other.blob_id).await.unwrap().1, b"kept");
+}
+
+#[tokio::test]
+async fn a_purge_holds_in_the_very_first_pass_after_it() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let (a, b) = (Device::new(&secret, &[&relay.url]), Device::new(&secret, &[&relay.url]));
+    a.engine.insert("todos", todo("x", "v1")).unwrap();
+    a.sync().await;
+    b.sync().await;
+    // B's older edit reaches the relay before A (later, in HLC order) deletes and purges.
+    b.engine.update("todos", "x", Json::object([("title", Json::from("b's older edit"))])).unwrap();
+    b.sync().await;
+    a.clock.advance(60_000);
+    a.engine.delete("todos", "x").unwrap();
+    a.engine.purge_deleted().unwrap();
+    // The first pass after the purge pulls B's edit (before compacting): it must not revive x.
+    let r = a.sync().await;
+    assert_eq!(r.relays[0].received, 1, "{r:?}");
+    assert!(a.engine.get("todos", "x").unwrap().is_none(), "the purged row stays purged");
+}
+
+#[test]
+fn a_re_sent_transaction_returns_the_rows_it_wrote_the_first_time() {
+    let d = Device::new(&phrase(), &[]);
+    let ops = [Op::Insert { table: "todos".into(), row: todo("once", "x") }];
+    let first = d.engine.transaction_once("tab:1", &ops).unwrap();
+    let again = d.engine.transaction_once("tab:1", &ops).unwrap();
+    assert_eq!(first, again);
+    assert_eq!(again.len(), 1);
+    assert_eq!(again[0].get("id").and_then(Json::as_str), Some("once"));
+}
+
+#[tokio::test]
+async fn a_pull_404_is_not_lost_data_while_health_fails_even_if_status_says_404() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("a", "x")).unwrap();
+    d.sync().await;
+    let pushes = d.net.sent("POST", "/v1/events");
+    let unknown = r#"{"error":"unknown_owner","message":"?"}"#;
+    d.net.answer(|r: &HttpRequest| r.url.contains("/v1/events?"), 404, unknown, None, Some(1));
+    d.net.fail("/health", 502, Some(1));
+    d.net.answer(|r: &HttpRequest| r.url.contains("/v1/status"), 404, unknown, None, Some(1));
+    let r = d.sync().await;
+    assert_eq!(r.relays[0].reseeded, None, "{r:?}");
+    assert_eq!(d.status(0).error.and_then(|e| e.code).as_deref(), Some("unconfirmed_404"));
+    assert_eq!(d.net.sent("POST", "/v1/events"), pushes, "nothing re-uploaded");
+}
