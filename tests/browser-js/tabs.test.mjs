@@ -348,3 +348,35 @@ test('a hidden leader polls at full rate while a follower is visible, and slows 
   assert.ok(whileVisible >= 2 * Math.max(1, afterClose), `with a visible follower ${whileVisible} status events, after it closed ${afterClose}`);
   await context.close();
 });
+
+test('a follower given another owner\'s secret gets OWNER_MISMATCH and leaves the running tab alone', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { relays: [], schema: SCHEMA, autoSync: false, dbName: 'mismatch-tabs.db' };
+  await open(t1, { ...opts, secret: await phraseIn(t1) });
+  const wrong = await open(t2, { ...opts, secret: await phraseIn(t2) });
+  assert.equal(wrong.error.code, 'OWNER_MISMATCH');
+  assert.match(wrong.error.message, /another tab has mismatch-tabs\.db open for owner/);
+  await attempt(t1, (e) => e.insert('todos', { id: 'still', title: 'fine' }));
+  assert.equal((await attempt(t1, (e) => e.list('todos'))).value.length, 1, 'the running tab carries on');
+  await context.close();
+});
+
+test('blob URLs are made for a blob and revoked on request or on close', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  await open(page, { secret: await phraseIn(page), relays: [], schema: SCHEMA, autoSync: false, dbName: 'blob-urls.db' });
+  const out = await page.evaluate(async () => {
+    const e = window.engine;
+    const m = await e.putBlob(new TextEncoder().encode('hello blob'), { mimeType: 'text/plain' });
+    const [a, b] = [await e.getBlobUrl(m.blobId), await e.getBlobUrl(m.blobId)];
+    const text = await (await fetch(a)).text();
+    const revoked = [e.revokeBlobUrl(a), e.revokeBlobUrl(a), e.revokeBlobUrl('blob:not-ours')];
+    const gone = await fetch(a).then(() => 'still readable', () => 'revoked');
+    await e.close();
+    const closed = await fetch(b).then(() => 'still readable', () => 'revoked');
+    return { text, revoked, gone, closed };
+  });
+  assert.deepEqual(out, { text: 'hello blob', revoked: [true, false, false], gone: 'revoked', closed: 'revoked' });
+  await context.close();
+});
