@@ -59,7 +59,7 @@ async fn fetch_text(url: &str) -> String {
 async fn events_accepted() -> u64 {
     let text = fetch_text(&format!("{RELAY}/metrics")).await;
     text.lines()
-        .find(|l| l.starts_with("simplysync_relay_events_accepted_total "))
+        .find(|l| l.starts_with("simplysync_events_accepted_total "))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .unwrap()
 }
@@ -67,7 +67,7 @@ async fn events_accepted() -> u64 {
 async fn events_requests() -> u64 {
     let text = fetch_text(&format!("{RELAY}/metrics")).await;
     text.lines()
-        .filter(|l| l.starts_with("simplysync_relay_requests_total{route=\"/v1/events\""))
+        .filter(|l| l.starts_with("simplysync_http_requests_total{") && l.contains("route=\"/v1/events\""))
         .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
         .sum()
 }

@@ -5,8 +5,8 @@
 
 use std::time::Instant;
 
-use simplysync_relay::store::sqlite::{Quotas, SqliteStore};
-use simplysync_relay::store::{NewEvent, RelayStore};
+use simplysync_relay::store::sqlite::{Quotas, SqliteStore, StoreOptions};
+use simplysync_relay::store::{MayRegister, NewEvent, RelayStore};
 
 fn main() {
     let total: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1_000_000);
@@ -21,7 +21,8 @@ fn main() {
         let dir = std::env::temp_dir().join(format!("simplysync-compaction-{}-{run}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let quotas = Quotas { max_owner_bytes: u64::MAX / 4, max_total_bytes: u64::MAX / 4 };
-        let store = SqliteStore::open(&dir.join("relay.sqlite"), quotas, "2026-01-01T00:00:00.000Z").unwrap();
+        let store = SqliteStore::open(&dir.join("relay.sqlite"), StoreOptions::new(quotas), "2026-01-01T00:00:00.000Z")
+            .unwrap();
         let t0 = Instant::now();
         for o in 0..owners {
             let owner = format!("{:A>22}", format!("owner{o}"));
@@ -37,18 +38,20 @@ fn main() {
                     );
                     batch.push(NewEvent { event_id, stream_id: Some(stream), json });
                     if batch.len() == 1000 {
-                        store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z").unwrap();
+                        store
+                            .push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None)
+                            .unwrap();
                         batch.clear();
                     }
                 }
             }
             if !batch.is_empty() {
-                store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z").unwrap();
+                store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None).unwrap();
             }
         }
         fill_s.push(t0.elapsed().as_secs_f64());
         let t0 = Instant::now();
-        let report = store.compact_all("2026-01-01T00:00:01.000Z").unwrap();
+        let report = store.compact_all("2026-01-01T00:00:01.000Z", &std::sync::atomic::AtomicBool::new(false)).unwrap();
         compact_s.push(t0.elapsed().as_secs_f64());
         assert_eq!(report.deleted_events as usize, owners * streams_per_owner * (versions - 1));
         drop(store);

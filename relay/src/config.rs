@@ -1,7 +1,7 @@
 //! Relay configuration, read from environment variables. Every variable has a default; a value
 //! that does not parse is an error naming the variable (never a silent fallback).
 
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 /// One documented setting: name, default, meaning. `--help` prints this table.
@@ -9,6 +9,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("HOST", "127.0.0.1", "address to listen on"),
     ("PORT", "8787", "port to listen on (0 picks a free port; the chosen one is printed)"),
     ("DB_PATH", "./data/relay.sqlite", "SQLite database file (created with its directory)"),
+    ("HWM_PATH", "<DB_PATH>.hwm", "the seq high-water mark file (keep it off the database's backups)"),
+    ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size; writes beyond it get 507"),
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
     ("MAX_EVENT_BYTES", "262144", "largest envelope, as stored JSON (larger: 413)"),
     ("MAX_OWNER_BYTES", "1073741824", "per-owner quota over events + blobs (exceeding: 413)"),
@@ -16,11 +18,25 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_BLOB_BYTES", "1048576", "largest blob chunk (larger: 413)"),
     ("MAX_EVENTS_PER_PULL", "1000", "upper clamp of a pull's limit"),
     ("DEFAULT_EVENTS_PER_PULL", "500", "limit of a pull that gives none"),
+    ("MAX_PULL_BYTES", "8388608", "a pull page stops before this many bytes of envelopes (at least one event)"),
     ("MAX_STREAMS_PER_COMPACT", "500", "most stream ids in one compact request (more: 413)"),
-    ("MAX_REQUEST_BYTES", "67108864", "largest request body of any kind (larger: 413)"),
+    ("MAX_REQUEST_BYTES", "8388608", "largest push body (larger: 413); close and compact bodies: 64 KiB"),
+    ("MAX_IN_FLIGHT_REQUESTS", "256", "requests handled at once; more get 503 with Retry-After"),
+    ("MAX_IN_FLIGHT_BYTES", "268435456", "request body bytes being handled at once; more get 503"),
+    ("MAX_CONNECTIONS", "1024", "open connections; further ones are closed at once"),
+    ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
+    ("IDLE_TIMEOUT_MS", "60000", "a connection with no request in flight is closed after this"),
     ("REQUEST_TIMEOUT_MS", "30000", "a request (body included) taking longer gets 408"),
+    ("SHUTDOWN_TIMEOUT_MS", "20000", "on SIGTERM, in-flight requests get this long to finish"),
+    ("REGISTRATION", "open", "open, or closed: only owners already known may push"),
+    ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
+    ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
+    ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
+    ("CLIENT_IP_HEADER", "(unset)", "header holding the client address behind a trusted proxy (e.g. X-Forwarded-For)"),
     ("COMPACTION_INTERVAL_MS", "21600000", "scheduled log compaction period (0: never)"),
     ("ADMIN_TOKEN", "(unset)", "bearer token of the ops page and /ops/* endpoints (unset: disabled)"),
+    ("METRICS_TOKEN", "(unset)", "bearer token /metrics requires (unset: open)"),
+    ("METRICS_ADDR", "(unset)", "serve /metrics on this address:port only, not on the API's"),
     ("LOG_FORMAT", "text", "log line format: text or json"),
     ("RUST_LOG", "info", "log filter (tracing EnvFilter syntax)"),
 ];
@@ -44,8 +60,12 @@ pub struct Limits {
     pub default_events_per_pull: u32,
     /// Most stream ids in one compact request.
     pub max_streams_per_compact: usize,
-    /// Largest request body.
+    /// Largest push body.
     pub max_request_bytes: usize,
+    /// Largest close or compact body (64 KiB).
+    pub max_control_bytes: usize,
+    /// A pull page's byte budget.
+    pub max_pull_bytes: usize,
 }
 
 impl Default for Limits {
@@ -59,7 +79,45 @@ impl Default for Limits {
             max_events_per_pull: 1000,
             default_events_per_pull: 500,
             max_streams_per_compact: 500,
-            max_request_bytes: 67_108_864,
+            max_request_bytes: 8 * 1024 * 1024,
+            max_control_bytes: 64 * 1024,
+            max_pull_bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// How much work the relay takes on at once, and how long connections may idle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Admission {
+    /// Requests handled at once.
+    pub max_in_flight_requests: usize,
+    /// Request body bytes being handled at once.
+    pub max_in_flight_bytes: u64,
+    /// Open connections.
+    pub max_connections: usize,
+    /// Time to send a request's headers, ms.
+    pub header_timeout_ms: u64,
+    /// Time a connection may idle between requests, ms.
+    pub idle_timeout_ms: u64,
+    /// Per-client-address limits: new owners per minute.
+    pub registrations_per_minute: u32,
+    /// Per-client-address limits: failed authentications per minute.
+    pub auth_failures_per_minute: u32,
+    /// Header that carries the client address (behind a trusted proxy).
+    pub client_ip_header: Option<String>,
+}
+
+impl Default for Admission {
+    fn default() -> Self {
+        Admission {
+            max_in_flight_requests: 256,
+            max_in_flight_bytes: 256 * 1024 * 1024,
+            max_connections: 1024,
+            header_timeout_ms: 10_000,
+            idle_timeout_ms: 60_000,
+            registrations_per_minute: 10,
+            auth_failures_per_minute: 30,
+            client_ip_header: None,
         }
     }
 }
@@ -82,14 +140,30 @@ pub struct Config {
     pub port: u16,
     /// Database file.
     pub db_path: PathBuf,
+    /// The high-water mark file (None: beside the database).
+    pub hwm_path: Option<PathBuf>,
+    /// A hard cap of the database file's size.
+    pub max_db_bytes: Option<u64>,
     /// Limits.
     pub limits: Limits,
+    /// Admission control and connection timeouts.
+    pub admission: Admission,
     /// Request timeout in ms.
     pub request_timeout_ms: u64,
+    /// Time in-flight requests get on shutdown, ms.
+    pub shutdown_timeout_ms: u64,
+    /// `REGISTRATION=open` (true) or `closed`.
+    pub registration_open: bool,
+    /// `MAX_OWNERS`.
+    pub max_owners: Option<u64>,
     /// Scheduled compaction period in ms; 0 disables it.
     pub compaction_interval_ms: u64,
     /// Ops bearer token; `None` disables the ops endpoints.
     pub admin_token: Option<String>,
+    /// Bearer token `/metrics` requires, if set.
+    pub metrics_token: Option<String>,
+    /// A separate listen address for `/metrics`, if set.
+    pub metrics_addr: Option<SocketAddr>,
     /// Log format.
     pub log_format: LogFormat,
 }
@@ -125,6 +199,48 @@ impl Config {
             default_events_per_pull: num(&lookup, "DEFAULT_EVENTS_PER_PULL", d.default_events_per_pull, 1)?,
             max_streams_per_compact: num(&lookup, "MAX_STREAMS_PER_COMPACT", d.max_streams_per_compact, 1)?,
             max_request_bytes: num(&lookup, "MAX_REQUEST_BYTES", d.max_request_bytes, 1024)?,
+            max_control_bytes: d.max_control_bytes,
+            max_pull_bytes: num(&lookup, "MAX_PULL_BYTES", d.max_pull_bytes, 1024)?,
+        };
+        if limits.max_request_bytes < limits.max_event_bytes + 1024 {
+            return Err(ConfigError {
+                name: "MAX_REQUEST_BYTES",
+                value: limits.max_request_bytes.to_string(),
+                reason: format!(
+                    "must leave room for one event of MAX_EVENT_BYTES ({}) and the request around it (1 KiB)",
+                    limits.max_event_bytes
+                ),
+            });
+        }
+        let a = Admission::default();
+        let admission = Admission {
+            max_in_flight_requests: num(&lookup, "MAX_IN_FLIGHT_REQUESTS", a.max_in_flight_requests, 1)?,
+            max_in_flight_bytes: num(&lookup, "MAX_IN_FLIGHT_BYTES", a.max_in_flight_bytes, 1024)?,
+            max_connections: num(&lookup, "MAX_CONNECTIONS", a.max_connections, 1)?,
+            header_timeout_ms: num(&lookup, "HEADER_TIMEOUT_MS", a.header_timeout_ms, 100)?,
+            idle_timeout_ms: num(&lookup, "IDLE_TIMEOUT_MS", a.idle_timeout_ms, 100)?,
+            registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,
+            auth_failures_per_minute: num(&lookup, "AUTH_FAILURES_PER_MINUTE", a.auth_failures_per_minute, 1)?,
+            client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
+        };
+        let registration_open = match lookup("REGISTRATION").as_deref().map(str::trim) {
+            None | Some("open") => true,
+            Some("closed") => false,
+            Some(other) => {
+                return Err(ConfigError {
+                    name: "REGISTRATION",
+                    value: other.into(),
+                    reason: "expected open or closed".into(),
+                })
+            }
+        };
+        let metrics_addr = match lookup("METRICS_ADDR").filter(|v| !v.trim().is_empty()) {
+            None => None,
+            Some(v) => Some(v.trim().parse().map_err(|_| ConfigError {
+                name: "METRICS_ADDR",
+                value: v.clone(),
+                reason: "expected an address:port such as 127.0.0.1:9090".into(),
+            })?),
         };
         let host_text = lookup("HOST").unwrap_or_else(|| "127.0.0.1".into());
         let host = host_text.parse().map_err(|_| ConfigError {
@@ -147,12 +263,32 @@ impl Config {
             host,
             port: num(&lookup, "PORT", 8787u16, 0)?,
             db_path: PathBuf::from(lookup("DB_PATH").unwrap_or_else(|| "./data/relay.sqlite".into())),
+            hwm_path: lookup("HWM_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from),
+            max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 65_536)?,
             limits,
+            admission,
             request_timeout_ms: num(&lookup, "REQUEST_TIMEOUT_MS", 30_000u64, 1)?,
+            shutdown_timeout_ms: num(&lookup, "SHUTDOWN_TIMEOUT_MS", 20_000u64, 0)?,
+            registration_open,
+            max_owners: optional_num(&lookup, "MAX_OWNERS", 0)?,
             compaction_interval_ms: num(&lookup, "COMPACTION_INTERVAL_MS", 21_600_000u64, 0)?,
             admin_token: lookup("ADMIN_TOKEN").filter(|t| !t.is_empty()),
+            metrics_token: lookup("METRICS_TOKEN").filter(|t| !t.is_empty()),
+            metrics_addr,
             log_format,
         })
+    }
+}
+
+/// A setting that is unset (or empty) or a number of at least `min`.
+fn optional_num(
+    lookup: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    min: u64,
+) -> Result<Option<u64>, ConfigError> {
+    match lookup(name).filter(|v| !v.trim().is_empty()) {
+        None => Ok(None),
+        Some(_) => num(lookup, name, 0u64, min).map(Some),
     }
 }
 
@@ -184,6 +320,9 @@ mod tests {
         assert_eq!(c.db_path, PathBuf::from("./data/relay.sqlite"));
         assert_eq!(c.compaction_interval_ms, 21_600_000);
         assert!(c.admin_token.is_none());
+        assert_eq!(c.admission, Admission::default());
+        assert!(c.registration_open && c.max_owners.is_none() && c.max_db_bytes.is_none());
+        assert_eq!(c.limits.max_request_bytes, 8 * 1024 * 1024);
     }
 
     #[test]
@@ -193,5 +332,26 @@ mod tests {
         let err = Config::from_lookup(|k| (k == "MAX_EVENTS_PER_PUSH").then(|| "0".to_owned())).unwrap_err();
         assert!(err.to_string().contains("at least 1"));
         assert!(Config::from_lookup(|k| (k == "HOST").then(|| "localhost:1".to_owned())).is_err());
+        assert_eq!(
+            Config::from_lookup(|k| (k == "REGISTRATION").then(|| "maybe".to_owned())).unwrap_err().name,
+            "REGISTRATION"
+        );
+        assert_eq!(
+            Config::from_lookup(|k| (k == "METRICS_ADDR").then(|| "nine".to_owned())).unwrap_err().name,
+            "METRICS_ADDR"
+        );
+        assert_eq!(
+            Config::from_lookup(|k| (k == "MAX_DB_BYTES").then(|| "10".to_owned())).unwrap_err().name,
+            "MAX_DB_BYTES"
+        );
+        let c = Config::from_lookup(|k| match k {
+            "REGISTRATION" => Some("closed".into()),
+            "MAX_OWNERS" => Some("5".into()),
+            "CLIENT_IP_HEADER" => Some(" X-Forwarded-For ".into()),
+            _ => None,
+        })
+        .unwrap();
+        assert_eq!((c.registration_open, c.max_owners), (false, Some(5)));
+        assert_eq!(c.admission.client_ip_header.as_deref(), Some("X-Forwarded-For"));
     }
 }

@@ -4,30 +4,31 @@
 //! (`simplysync::protocol::wire`).
 //!
 //! Layout: [`config`] (environment) → [`store`] (the storage trait and its SQLite backend) →
-//! [`http`] (one router per area) → [`serve`] (listen, schedule compaction, shut down cleanly).
+//! [`http`] (one router per area, admission control) → [`net`] (connections) → [`serve`]
+//! (listen, schedule compaction, shut down cleanly). [`clock`], [`metrics`] and [`ratelimit`]
+//! sit below them all.
 
+pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod http;
 pub mod metrics;
+pub mod net;
+pub mod ratelimit;
 pub mod store;
 
 use std::future::Future;
 use std::io::Write as _;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto::Builder;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
-use tower::ServiceExt as _;
-
 use config::Config;
+use http::admission::Budget;
 use http::AppState;
 use metrics::Metrics;
-use store::sqlite::{Quotas, SqliteStore};
+use ratelimit::RateLimit;
+use store::sqlite::{Quotas, Registration, SqliteStore, StoreOptions};
 use store::RelayStore;
 
 pub use http::app;
@@ -48,99 +49,134 @@ pub enum RelayError {
     Io(#[from] std::io::Error),
 }
 
+/// The store options a configuration asks for.
+pub fn store_options(config: &Config) -> StoreOptions {
+    StoreOptions {
+        quotas: Quotas {
+            max_owner_bytes: config.limits.max_owner_bytes,
+            max_total_bytes: config.limits.max_total_bytes,
+        },
+        registration: Registration { open: config.registration_open, max_owners: config.max_owners },
+        hwm_path: config.hwm_path.clone(),
+        max_db_bytes: config.max_db_bytes,
+        // A write waits for a database locked elsewhere at most half a request's time.
+        busy_timeout_ms: (config.request_timeout_ms / 2).clamp(50, 5000),
+    }
+}
+
 /// Opens the configured SQLite store.
 pub fn open_store(config: &Config) -> Result<Arc<SqliteStore>, RelayError> {
-    let quotas =
-        Quotas { max_owner_bytes: config.limits.max_owner_bytes, max_total_bytes: config.limits.max_total_bytes };
-    SqliteStore::open(&config.db_path, quotas, &http::now_iso())
+    SqliteStore::open(&config.db_path, store_options(config), &clock::now_iso())
         .map(Arc::new)
         .map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })
 }
 
 /// The application state for a store and configuration.
 pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
+    let a = &config.admission;
     AppState {
         store,
         metrics: Arc::new(Metrics::default()),
         limits: Arc::new(config.limits.clone()),
+        admission: Arc::new(a.clone()),
+        budget: Arc::new(Budget::new(a.max_in_flight_requests, a.max_in_flight_bytes)),
+        registrations: Arc::new(RateLimit::new(a.registrations_per_minute)),
+        auth_failures: Arc::new(RateLimit::new(a.auth_failures_per_minute)),
         admin_token: config.admin_token.as_deref().map(Arc::from),
+        metrics_token: config.metrics_token.as_deref().map(Arc::from),
         compaction_interval_ms: config.compaction_interval_ms,
         request_timeout_ms: config.request_timeout_ms,
+        cancel: Arc::new(AtomicBool::new(false)),
     }
 }
 
-/// How long a client may take to send a request's headers (slow-loris guard). Bodies are
-/// bounded by the per-request timeout of the router.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Accepts connections until `shutdown` resolves, then waits for in-flight requests.
-/// (axum's own `serve` installs no timer, which leaves hyper's header-read timeout inert.)
-async fn serve_connections(
-    listener: tokio::net::TcpListener,
-    router: axum::Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    let graceful = GracefulShutdown::new();
-    let mut shutdown = std::pin::pin!(shutdown);
-    loop {
-        let stream = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(
-            router.clone().map_request(|r: hyper::Request<Incoming>| r.map(axum::body::Body::new)),
-        );
-        let mut builder = Builder::new(TokioExecutor::new());
-        builder.http1().timer(TokioTimer::new()).header_read_timeout(HEADER_READ_TIMEOUT);
-        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service).into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-        });
-    }
-    drop(listener);
-    graceful.shutdown().await;
-}
-
-/// Serves until `shutdown` resolves, then finishes in-flight requests and checkpoints the WAL.
-/// Prints `simplysync-relay listening on http://ADDR` on stdout once it accepts connections.
+/// Serves until `shutdown` resolves, then finishes in-flight requests (for at most
+/// `SHUTDOWN_TIMEOUT_MS`), stops a running compaction at a safe point and checkpoints the WAL.
+/// Prints `simplysync-relay listening on http://ADDR` on stdout once it accepts connections
+/// (and `simplysync-relay metrics on http://ADDR` when `METRICS_ADDR` is set).
 pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RelayError> {
     let listener = tokio::net::TcpListener::bind((config.host, config.port)).await?;
+    let metrics_listener = match config.metrics_addr {
+        Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
+        None => None,
+    };
     let addr = listener.local_addr()?;
-    serve_on(listener, config, async move {
+    let metrics_addr = metrics_listener.as_ref().map(|l| l.local_addr()).transpose()?;
+    serve_on(listener, metrics_listener, config, async move {
         println!("simplysync-relay listening on http://{addr}");
+        if let Some(m) = metrics_addr {
+            println!("simplysync-relay metrics on http://{m}");
+        }
         let _ = std::io::stdout().flush();
         shutdown.await
     })
     .await
 }
 
-/// Serves on an already bound listener (tests bind port 0 themselves to learn the address).
+/// Serves on already bound listeners (tests bind port 0 themselves to learn the address).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
+    metrics_listener: Option<tokio::net::TcpListener>,
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
     let store = open_store(&config)?;
     let state = state(&config, store.clone());
     let addr = listener.local_addr()?;
-    if config.compaction_interval_ms > 0 {
-        tokio::spawn(compaction::schedule(state.store.clone(), state.metrics.clone(), config.compaction_interval_ms));
-    }
+    let compaction = (config.compaction_interval_ms > 0).then(|| {
+        tokio::spawn(compaction::schedule(
+            state.store.clone(),
+            state.metrics.clone(),
+            config.compaction_interval_ms,
+            state.cancel.clone(),
+        ))
+    });
     tracing::info!(%addr, db = %config.db_path.display(), epoch = store.epoch(), "relay started");
-    serve_connections(listener, app(state), shutdown).await;
-    store.checkpoint().map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })?;
-    tracing::info!("relay stopped: in-flight requests finished, WAL checkpointed");
+    let rules = net::ConnectionRules {
+        max_connections: config.admission.max_connections,
+        header_timeout: Duration::from_millis(config.admission.header_timeout_ms),
+        idle_timeout: Duration::from_millis(config.admission.idle_timeout_ms),
+    };
+    let drain = Duration::from_millis(config.shutdown_timeout_ms);
+    let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();
+    let metrics_server = metrics_listener.map(|l| {
+        let (router, rules, m) = (http::metrics_app(state.clone()), rules.clone(), state.metrics.clone());
+        tokio::spawn(net::serve_connections(
+            l,
+            router,
+            rules,
+            m,
+            async {
+                let _ = metrics_stopped.await;
+            },
+            drain,
+        ))
+    });
+    let router = if metrics_server.is_some() { http::app_without_metrics(state.clone()) } else { app(state.clone()) };
+    let drained = net::serve_connections(listener, router, rules, state.metrics.clone(), shutdown, drain).await;
+    let _ = stop_metrics.send(());
+    // A compaction still running stops between two of its batches.
+    state.cancel.store(true, Ordering::Relaxed);
+    if let Some(task) = compaction {
+        let _ = tokio::time::timeout(drain, task).await;
+    }
+    if let Some(task) = metrics_server {
+        let _ = task.await;
+    }
+    let s = store.clone();
+    let checkpoint = tokio::task::spawn_blocking(move || s.checkpoint())
+        .await
+        .map_err(|e| RelayError::Io(std::io::Error::other(e.to_string())))?
+        .map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })?;
+    if checkpoint.busy || checkpoint.checkpointed_frames < checkpoint.log_frames {
+        tracing::warn!(
+            busy = checkpoint.busy,
+            log_frames = checkpoint.log_frames,
+            checkpointed_frames = checkpoint.checkpointed_frames,
+            "relay stopped: the WAL checkpoint did not complete (the WAL stays beside the database; nothing is lost)"
+        );
+    } else {
+        tracing::info!(drained, log_frames = checkpoint.log_frames, "relay stopped: WAL checkpoint complete");
+    }
     Ok(())
 }

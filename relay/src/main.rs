@@ -20,6 +20,9 @@ enum Command {
     Serve,
     /// Run log compaction once on DB_PATH and exit (safe while a relay serves the same file).
     Compact,
+    /// Give the database at DB_PATH a new epoch (after restoring it from a backup): every
+    /// device re-uploads what it holds. Stop the relay first.
+    RotateEpoch,
 }
 
 fn settings_help() -> String {
@@ -85,8 +88,9 @@ fn main() -> ExitCode {
             Command::Serve => simplysync_relay::serve(config, shutdown_signal()).await,
             Command::Compact => {
                 let store = simplysync_relay::open_store(&config)?;
-                let now = simplysync_relay::http::now_iso();
-                let report = tokio::task::spawn_blocking(move || store.compact_all(&now))
+                let now = simplysync_relay::clock::now_iso();
+                let never = std::sync::atomic::AtomicBool::new(false);
+                let report = tokio::task::spawn_blocking(move || store.compact_all(&now, &never))
                     .await
                     .map_err(|e| std::io::Error::other(e.to_string()))?
                     .map_err(|source| simplysync_relay::RelayError::Store {
@@ -102,6 +106,16 @@ fn main() -> ExitCode {
                         "durationMs": report.duration_ms,
                     })
                 );
+                Ok(())
+            }
+            Command::RotateEpoch => {
+                let (old, new) =
+                    simplysync_relay::store::sqlite::rotate_epoch(&config.db_path, config.hwm_path.as_deref())
+                        .map_err(|source| simplysync_relay::RelayError::Store {
+                            path: config.db_path.display().to_string(),
+                            source,
+                        })?;
+                println!("{}", serde_json::json!({ "previousEpoch": old, "epoch": new }));
                 Ok(())
             }
         }

@@ -1,17 +1,39 @@
-//! Counters for `GET /metrics` (Prometheus text format, version 0.0.4). In-memory: they start
-//! at zero with the process; stored totals come from the database as gauges.
+//! `GET /metrics` in the Prometheus text format (version 0.0.4), after its naming conventions:
+//! `simplysync_…_total` counters, a request duration histogram in seconds, gauges from the
+//! store's maintained counters. Counters start at zero with the process.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
+use simplysync::protocol::time::iso8601_ms;
+
 use crate::store::{CompactionReport, PushOutcome, RelayStats};
+
+/// Upper bounds of the request duration histogram, seconds.
+const BUCKETS: [f64; 12] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0];
+
+#[derive(Debug, Default, Clone)]
+struct Histogram {
+    counts: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The relay's counters.
 #[derive(Debug, Default)]
 pub struct Metrics {
-    requests: Mutex<BTreeMap<(String, u16), u64>>,
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    durations: Mutex<BTreeMap<(String, String), Histogram>>,
+    in_flight: AtomicI64,
+    db_errors: Mutex<BTreeMap<&'static str, u64>>,
+    quota_rejections: Mutex<BTreeMap<&'static str, u64>>,
+    rejections: Mutex<BTreeMap<&'static str, u64>>,
     events_accepted: AtomicU64,
     events_duplicate: AtomicU64,
     events_forged: AtomicU64,
@@ -25,10 +47,41 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Counts one finished request.
-    pub fn record_request(&self, route: &str, status: u16) {
-        let mut map = self.requests.lock().unwrap_or_else(|p| p.into_inner());
-        *map.entry((route.to_owned(), status)).or_default() += 1;
+    /// A request starts (the in-flight gauge).
+    pub fn request_started(&self) {
+        self.in_flight.fetch_add(1, Relaxed);
+    }
+
+    /// Counts one finished request and its duration.
+    pub fn record_request(&self, method: &str, route: &str, status: u16, seconds: f64) {
+        self.in_flight.fetch_sub(1, Relaxed);
+        *lock(&self.requests).entry((method.to_owned(), route.to_owned(), status)).or_default() += 1;
+        let mut d = lock(&self.durations);
+        let h = d.entry((method.to_owned(), route.to_owned())).or_default();
+        h.count += 1;
+        h.sum += seconds;
+        for (i, le) in BUCKETS.iter().enumerate() {
+            if seconds <= *le {
+                h.counts[i] += 1;
+            }
+        }
+    }
+
+    /// Counts a database error by kind (`full`, `busy`, `other`…).
+    pub fn record_db_error(&self, kind: &'static str) {
+        *lock(&self.db_errors).entry(kind).or_default() += 1;
+    }
+
+    /// Counts a write refused by a quota (`owner` or `total`).
+    pub fn record_quota_rejection(&self, quota: &'static str) {
+        *lock(&self.quota_rejections).entry(quota).or_default() += 1;
+    }
+
+    /// Counts a request or connection refused by admission control (`overloaded`,
+    /// `rate_limited_auth`, `rate_limited_registration`, `registration_closed`,
+    /// `connections`, `too_large`).
+    pub fn record_rejection(&self, reason: &'static str) {
+        *lock(&self.rejections).entry(reason).or_default() += 1;
     }
 
     /// Counts a push's outcome.
@@ -39,6 +92,11 @@ impl Metrics {
         if o.registered {
             self.owners_registered.fetch_add(1, Relaxed);
         }
+    }
+
+    /// Counts an owner registered by a blob upload.
+    pub fn record_registration(&self) {
+        self.owners_registered.fetch_add(1, Relaxed);
     }
 
     /// Counts events served by a pull.
@@ -65,72 +123,107 @@ impl Metrics {
     /// The Prometheus exposition.
     pub fn render(&self, stats: &RelayStats) -> String {
         let mut out = String::new();
-        let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
+        let head = |out: &mut String, name: &str, kind: &str, help: &str| {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-            for (labels, v) in samples {
-                let _ = writeln!(out, "{name}{labels} {v}");
+        };
+        head(&mut out, "simplysync_build_info", "gauge", "The relay's version (always 1).");
+        let _ = writeln!(out, "simplysync_build_info{{version=\"{}\"}} 1", env!("CARGO_PKG_VERSION"));
+
+        head(&mut out, "simplysync_http_requests_total", "counter", "HTTP requests by method, route and status.");
+        for ((method, route, status), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "simplysync_http_requests_total{{method=\"{method}\",route=\"{route}\",status=\"{status}\"}} {n}"
+            );
+        }
+        let name = "simplysync_http_request_duration_seconds";
+        head(&mut out, name, "histogram", "HTTP request durations by method and route, seconds.");
+        for ((method, route), h) in lock(&self.durations).iter() {
+            let labels = format!("method=\"{method}\",route=\"{route}\"");
+            for (i, le) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(out, "{name}_bucket{{{labels},le=\"{le}\"}} {}", h.counts[i]);
+            }
+            let _ = writeln!(out, "{name}_bucket{{{labels},le=\"+Inf\"}} {}", h.count);
+            let _ = writeln!(out, "{name}_sum{{{labels}}} {}", h.sum);
+            let _ = writeln!(out, "{name}_count{{{labels}}} {}", h.count);
+        }
+        head(&mut out, "simplysync_http_requests_in_flight", "gauge", "HTTP requests being handled.");
+        let _ = writeln!(out, "simplysync_http_requests_in_flight {}", self.in_flight.load(Relaxed).max(0));
+
+        let labelled = |out: &mut String, name: &str, label: &str, map: &Mutex<BTreeMap<&'static str, u64>>| {
+            for (k, n) in lock(map).iter() {
+                let _ = writeln!(out, "{name}{{{label}=\"{k}\"}} {n}");
             }
         };
-        let requests: Vec<(String, u64)> = self
-            .requests
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .map(|((route, status), n)| (format!("{{route=\"{route}\",status=\"{status}\"}}"), *n))
-            .collect();
-        family("simplysync_relay_requests_total", "counter", "HTTP requests by route and status.", &requests);
-        let c = |a: &AtomicU64| vec![(String::new(), a.load(Relaxed))];
-        family("simplysync_relay_events_accepted_total", "counter", "Events newly stored.", &c(&self.events_accepted));
-        family(
-            "simplysync_relay_events_duplicate_total",
+        head(&mut out, "simplysync_db_errors_total", "counter", "Database errors by kind (full, busy, other).");
+        labelled(&mut out, "simplysync_db_errors_total", "kind", &self.db_errors);
+        head(&mut out, "simplysync_quota_rejections_total", "counter", "Writes refused by a quota (owner or total).");
+        labelled(&mut out, "simplysync_quota_rejections_total", "quota", &self.quota_rejections);
+        head(
+            &mut out,
+            "simplysync_rejections_total",
             "counter",
-            "Pushed events already stored (forged included).",
-            &c(&self.events_duplicate),
+            "Requests and connections refused by admission control.",
         );
-        family(
-            "simplysync_relay_events_forged_total",
-            "counter",
-            "Pushed events reusing a stored eventId with a different envelope (kept the stored one).",
-            &c(&self.events_forged),
-        );
-        family("simplysync_relay_events_pulled_total", "counter", "Events served by pulls.", &c(&self.events_pulled));
-        family(
-            "simplysync_relay_owners_registered_total",
-            "counter",
-            "Owners registered.",
-            &c(&self.owners_registered),
-        );
-        family("simplysync_relay_blobs_stored_total", "counter", "Blob chunks newly stored.", &c(&self.blobs_stored));
-        family(
-            "simplysync_relay_blobs_duplicate_total",
-            "counter",
-            "Blob uploads already stored.",
-            &c(&self.blobs_duplicate),
-        );
-        family(
-            "simplysync_relay_stream_compacted_events_total",
-            "counter",
-            "Events removed by client stream compaction.",
-            &c(&self.stream_compacted_events),
-        );
-        family(
-            "simplysync_relay_compaction_runs_total",
-            "counter",
-            "Log compaction passes.",
-            &c(&self.compaction_runs),
-        );
-        family(
-            "simplysync_relay_compaction_deleted_events_total",
-            "counter",
-            "Events removed by log compaction.",
-            &c(&self.compaction_deleted),
-        );
-        let g = |v: u64| vec![(String::new(), v)];
-        family("simplysync_relay_stored_events", "gauge", "Events stored.", &g(stats.events));
-        family("simplysync_relay_stored_blobs", "gauge", "Blob chunks stored.", &g(stats.blobs));
-        family("simplysync_relay_stored_bytes", "gauge", "Bytes stored over all owners.", &g(stats.total_bytes));
-        family("simplysync_relay_owners", "gauge", "Registered owners (closed included).", &g(stats.owners));
-        family("simplysync_relay_head_seq", "gauge", "Last seq assigned.", &g(stats.head_seq));
+        labelled(&mut out, "simplysync_rejections_total", "reason", &self.rejections);
+
+        let counters: [(&str, &str, &AtomicU64); 10] = [
+            ("simplysync_events_accepted_total", "Events newly stored.", &self.events_accepted),
+            (
+                "simplysync_events_duplicate_total",
+                "Pushed events already stored (forged included).",
+                &self.events_duplicate,
+            ),
+            (
+                "simplysync_events_forged_total",
+                "Pushed events reusing a stored eventId with a different envelope (the stored one kept).",
+                &self.events_forged,
+            ),
+            ("simplysync_events_pulled_total", "Events served by pulls.", &self.events_pulled),
+            ("simplysync_owners_registered_total", "Owners registered.", &self.owners_registered),
+            ("simplysync_blobs_stored_total", "Blob chunks newly stored.", &self.blobs_stored),
+            ("simplysync_blobs_duplicate_total", "Blob uploads already stored.", &self.blobs_duplicate),
+            (
+                "simplysync_stream_compacted_events_total",
+                "Events removed by client stream compaction.",
+                &self.stream_compacted_events,
+            ),
+            ("simplysync_compaction_runs_total", "Log compaction passes.", &self.compaction_runs),
+            (
+                "simplysync_compaction_deleted_events_total",
+                "Events removed by log compaction.",
+                &self.compaction_deleted,
+            ),
+        ];
+        for (name, help, v) in counters {
+            head(&mut out, name, "counter", help);
+            let _ = writeln!(out, "{name} {}", v.load(Relaxed));
+        }
+        let last_run = stats.last_compaction_at.as_deref().and_then(iso8601_ms).unwrap_or(0);
+        let gauges: [(&str, &str, f64); 10] = [
+            ("simplysync_stored_events", "Events stored.", stats.events as f64),
+            ("simplysync_stored_blobs", "Blob chunks stored.", stats.blobs as f64),
+            ("simplysync_stored_bytes", "Bytes stored over all owners.", stats.total_bytes as f64),
+            ("simplysync_owners", "Registered owners (closed included).", stats.owners as f64),
+            ("simplysync_owners_closed", "Closed owners.", stats.closed_owners as f64),
+            ("simplysync_head_seq", "Last seq assigned.", stats.head_seq as f64),
+            ("simplysync_database_bytes", "The database file's size.", stats.database_bytes as f64),
+            ("simplysync_wal_bytes", "The write-ahead log's size.", stats.wal_bytes as f64),
+            (
+                "simplysync_compaction_last_run_timestamp_seconds",
+                "When the last log compaction finished (0: never).",
+                last_run as f64 / 1000.0,
+            ),
+            (
+                "simplysync_compaction_last_duration_seconds",
+                "How long the last log compaction took.",
+                stats.last_compaction_ms as f64 / 1000.0,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            head(&mut out, name, "gauge", help);
+            let _ = writeln!(out, "{name} {v}");
+        }
         out
     }
 }

@@ -53,11 +53,11 @@ async fn an_existing_chunk_is_acknowledged_without_reading_the_body() {
     let alice = Owner::new();
     let (hash, bytes) = chunk(5, 10);
     relay.put_blob(&alice, &hash, bytes).await;
-    // Declare a body and never send it: the answer comes anyway.
+    // Declare a body (within the limit) and never send it: the answer comes anyway.
     let addr = relay.url.strip_prefix("http://").unwrap();
     let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let head = format!(
-        "PUT /v1/blobs/{hash}?ownerId={} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 100000\r\n\r\n",
+        "PUT /v1/blobs/{hash}?ownerId={} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 2000\r\n\r\n",
         alice.owner_id(),
         alice.token()
     );
@@ -67,6 +67,28 @@ async fn an_existing_chunk_is_acknowledged_without_reading_the_body() {
     let text = String::from_utf8_lossy(&buf[..n]);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains(r#""duplicate":true"#), "{text}");
+}
+
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_413_before_anything_else_even_for_a_chunk_it_has() {
+    let relay = Relay::start(&[]);
+    let alice = Owner::new();
+    let (hash, bytes) = chunk(7, 10);
+    relay.put_blob(&alice, &hash, bytes).await;
+    let addr = relay.url.strip_prefix("http://").unwrap();
+    for (auth, what) in [(format!("Authorization: Bearer {}\r\n", alice.token()), "its owner"), (String::new(), "no token")] {
+        let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "PUT /v1/blobs/{hash}?ownerId={} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 1000000000000\r\n\r\n",
+            alice.owner_id()
+        );
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let mut buf = vec![0u8; 4096];
+        let n = tokio::time::timeout(Duration::from_secs(5), tcp.read(&mut buf)).await.expect("answered").unwrap();
+        let text = String::from_utf8_lossy(&buf[..n]);
+        assert!(text.starts_with("HTTP/1.1 413"), "{what}: {text}");
+        assert!(text.contains("payload_too_large") && text.contains("1000000000000"), "{text}");
+    }
 }
 
 #[tokio::test]

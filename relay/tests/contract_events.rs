@@ -42,7 +42,7 @@ async fn a_duplicate_event_id_with_a_different_envelope_is_counted_as_forged_and
     let (stored, _) = relay.pull_all(&alice).await;
     assert_eq!(stored, vec![original]);
     let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
-    assert!(metrics.contains("simplysync_relay_events_forged_total 1"), "{metrics}");
+    assert!(metrics.contains("simplysync_events_forged_total 1"), "{metrics}");
     assert!(relay.log_text().contains("forged duplicates"));
 }
 

@@ -72,7 +72,7 @@ async fn scheduled_compaction_runs_every_interval() {
     for _ in 0..100 {
         if relay.pull_all(&alice).await.0.len() == 3 {
             let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
-            assert!(!metrics.contains("simplysync_relay_compaction_runs_total 0"), "{metrics}");
+            assert!(!metrics.contains("simplysync_compaction_runs_total 0"), "{metrics}");
             return;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -115,15 +115,23 @@ async fn metrics_count_requests_events_duplicates_blobs_and_compactions() {
     relay.post_json("/ops/compact", Some("ops-secret"), json!({})).await;
     let text = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
     for line in [
-        "simplysync_relay_requests_total{route=\"/v1/events\",status=\"200\"} 3",
-        "simplysync_relay_events_accepted_total 2",
-        "simplysync_relay_events_duplicate_total 1",
-        "simplysync_relay_events_pulled_total 2",
-        "simplysync_relay_compaction_runs_total 1",
-        "simplysync_relay_compaction_deleted_events_total 1",
-        "simplysync_relay_stored_events 1",
-        "simplysync_relay_owners 1",
-        "# TYPE simplysync_relay_stored_bytes gauge",
+        "simplysync_http_requests_total{method=\"POST\",route=\"/v1/events\",status=\"200\"} 2",
+        "simplysync_http_requests_total{method=\"GET\",route=\"/v1/events\",status=\"200\"} 1",
+        "simplysync_http_request_duration_seconds_count{method=\"POST\",route=\"/v1/events\"} 2",
+        "# TYPE simplysync_http_request_duration_seconds histogram",
+        "simplysync_build_info{version=",
+        "simplysync_owners_closed 0",
+        "# TYPE simplysync_compaction_last_run_timestamp_seconds gauge",
+        "# TYPE simplysync_database_bytes gauge",
+        "# TYPE simplysync_wal_bytes gauge",
+        "simplysync_events_accepted_total 2",
+        "simplysync_events_duplicate_total 1",
+        "simplysync_events_pulled_total 2",
+        "simplysync_compaction_runs_total 1",
+        "simplysync_compaction_deleted_events_total 1",
+        "simplysync_stored_events 1",
+        "simplysync_owners 1",
+        "# TYPE simplysync_stored_bytes gauge",
     ] {
         assert!(text.contains(line), "missing {line:?} in\n{text}");
     }
@@ -173,7 +181,14 @@ async fn sigterm_finishes_an_in_flight_push_exits_cleanly_and_checkpoints_the_wa
     tcp.write_all(first.as_bytes()).await.unwrap();
     tokio::time::sleep(Duration::from_millis(150)).await;
     relay.send_sigterm();
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // The relay has heard the signal (and stopped accepting) before the body's rest arrives.
+    for _ in 0..200 {
+        if relay.log_text().contains("shutdown signal received") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(relay.log_text().contains("shutdown signal received"));
     tcp.write_all(rest.as_bytes()).await.unwrap();
     let mut response = String::new();
     tokio::time::timeout(Duration::from_secs(5), tcp.read_to_string(&mut response)).await.expect("answered").unwrap();
@@ -185,7 +200,7 @@ async fn sigterm_finishes_an_in_flight_push_exits_cleanly_and_checkpoints_the_wa
     let mut relay = status.1;
     let wal = relay.db.with_extension("sqlite-wal");
     assert!(std::fs::metadata(&wal).map(|m| m.len() == 0).unwrap_or(true), "WAL checkpointed and truncated");
-    assert!(relay.log_text().contains("WAL checkpointed"));
+    assert!(relay.log_text().contains("WAL checkpoint complete"), "{}", relay.log_text());
     relay.restart();
     assert_eq!(relay.pull_all(&alice).await.0.len(), 20);
 }

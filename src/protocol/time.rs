@@ -35,6 +35,34 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// Parses what [`iso8601_from_ms`] writes (`2025-11-30T12:00:00.123Z`) back to ms since the
+/// Unix epoch; anything else is `None`.
+pub fn iso8601_ms(text: &str) -> Option<u64> {
+    let b = text.as_bytes();
+    if b.len() != 24
+        || b[4] != b'-'
+        || b[7] != b'-'
+        || b[10] != b'T'
+        || b[13] != b':'
+        || b[16] != b':'
+        || b[19] != b'.'
+        || b[23] != b'Z'
+    {
+        return None;
+    }
+    let num = |from: usize, to: usize| {
+        let s = &text[from..to];
+        s.bytes().all(|c| c.is_ascii_digit()).then(|| s.parse::<u32>().ok()).flatten()
+    };
+    let (y, m, d) = (num(0, 4)?, num(5, 7)?, num(8, 10)?);
+    let (h, mi, se, ms) = (num(11, 13)?, num(14, 16)?, num(17, 19)?, num(20, 23)?);
+    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 59 {
+        return None;
+    }
+    let secs = days_from_civil(y as i64, m, d) * 86_400 + (h * 3600 + mi * 60 + se) as i64;
+    u64::try_from(secs).ok().map(|s| s * 1000 + ms as u64)
+}
+
 /// Parses an HTTP date in its only sending format, IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`,
 /// RFC 9110 §5.6.7), to ms since the Unix epoch. Anything else is `None`.
 pub fn http_date_ms(text: &str) -> Option<u64> {
@@ -68,6 +96,16 @@ mod tests {
         assert_eq!(http_date_ms("Sunday, 06-Nov-94 08:49:37 GMT"), None);
         assert_eq!(http_date_ms("120"), None);
         assert_eq!(http_date_ms("Sun, 06 Foo 1994 08:49:37 GMT"), None);
+    }
+
+    #[test]
+    fn reads_back_what_it_writes_and_nothing_else() {
+        for ms in [0, 951_782_400_000, 1_764_504_000_123, 253_402_300_799_999] {
+            assert_eq!(iso8601_ms(&iso8601_from_ms(ms)), Some(ms));
+        }
+        assert_eq!(iso8601_ms("2025-11-30T12:00:00Z"), None);
+        assert_eq!(iso8601_ms("2025-13-30T12:00:00.000Z"), None);
+        assert_eq!(iso8601_ms("2025-11-30 12:00:00.000Z"), None);
     }
 
     #[test]

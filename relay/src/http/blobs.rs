@@ -1,17 +1,17 @@
 //! `PUT / GET / HEAD /v1/blobs/:hash?ownerId=` — content-addressed encrypted chunks.
 
-use axum::body::Body;
 use axum::extract::rejection::PathRejection;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use simplysync::protocol::base64url;
 use simplysync::protocol::identity::{relay_token_hash, sha256_base64url};
 use simplysync::protocol::wire::BlobPutResponse;
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, owner_id, query, truncate};
-use super::{blocking, now_iso, AppState, Owner};
+use super::{blocking, deadline_of, now_iso, AppState, ClientIp, Owner};
 use crate::store::BlobPresence;
 
 struct Target {
@@ -39,14 +39,18 @@ fn target(
 }
 
 /// `PUT`: stores a chunk whose SHA-256 equals the path. A chunk the owner already has is
-/// acknowledged before the body is read.
+/// acknowledged before the body is read (a declared length over `MAX_BLOB_BYTES` was already
+/// answered 413 by admission control).
 pub async fn put(
     State(st): State<AppState>,
+    Extension(client): Extension<ClientIp>,
     headers: HeaderMap,
     path: Result<Path<String>, PathRejection>,
     RawQuery(raw): RawQuery,
-    body: Body,
+    req: axum::extract::Request,
 ) -> Result<Response, ApiError> {
+    let deadline = deadline_of(&req);
+    let body = req.into_body();
     let t = target(&headers, path, raw.as_deref())?;
     let (o, h, th) = (t.owner.clone(), t.hash.clone(), t.token_hash.clone());
     let presence = blocking(&st, move |s| s.blob_presence(&o, &th, &h)).await?;
@@ -62,13 +66,19 @@ pub async fn put(
     if actual != t.hash {
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
-    let (o, now) = (t.owner.clone(), now_iso());
-    let out = blocking(&st, move |s| s.put_blob(&o, &t.token_hash, &t.hash, &bytes, &now)).await?;
+    let (o, now, register) = (t.owner.clone(), now_iso(), super::events::may_register(&st, client));
+    let out =
+        blocking(&st, move |s| s.put_blob(&o, &t.token_hash, &t.hash, &bytes, &now, register, Some(deadline))).await?;
     st.metrics.record_blob_put(out.duplicate);
+    if out.registered {
+        st.metrics.record_registration();
+        super::events::registered(&st, client);
+    }
     Ok((Owner(t.owner), axum::Json(BlobPutResponse { stored: true, duplicate: out.duplicate })).into_response())
 }
 
-/// `GET`: the stored bytes, cacheable forever (they are encrypted and content-addressed).
+/// `GET`: the stored bytes — cacheable forever by the client (they are encrypted and
+/// content-addressed), never by a shared cache (the request was authenticated).
 pub async fn get(
     State(st): State<AppState>,
     headers: HeaderMap,
@@ -83,7 +93,7 @@ pub async fn get(
         Owner(t.owner),
         [
             (header::CONTENT_TYPE, "application/octet-stream"),
-            (header::CACHE_CONTROL, "public, max-age=31536000, immutable"),
+            (header::CACHE_CONTROL, "private, max-age=31536000, immutable"),
         ],
         bytes,
     )

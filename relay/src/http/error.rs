@@ -59,6 +59,26 @@ pub enum ApiError {
     /// Ops endpoints are disabled or the admin token is wrong (403 `forbidden`).
     #[error("{0}")]
     Forbidden(String),
+    /// No new owners here (403 `registration_closed`).
+    #[error("{0}")]
+    RegistrationClosed(String),
+    /// This client is over a rate limit (429 `rate_limited`, with `Retry-After`).
+    #[error("{message}")]
+    RateLimited {
+        /// What was limited.
+        message: String,
+        /// Seconds until it may try again.
+        retry_after: u64,
+    },
+    /// The relay is at its in-flight limit (503 `overloaded`, with `Retry-After`).
+    #[error("{0}")]
+    Overloaded(String),
+    /// The database is busy (503 `busy`, with `Retry-After`).
+    #[error("{0}")]
+    Busy(String),
+    /// The relay's storage is full; nothing was stored (507 `storage_full`).
+    #[error("{0}")]
+    StorageFull(String),
     /// Something broke on the relay (500 `internal`); details are only logged.
     #[error("internal error")]
     Internal(String),
@@ -79,6 +99,10 @@ impl ApiError {
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Closed => StatusCode::GONE,
             ApiError::TooLarge(_) | ApiError::Quota(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::RegistrationClosed(_) => StatusCode::FORBIDDEN,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Overloaded(_) | ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -99,6 +123,11 @@ impl ApiError {
             ApiError::Closed => "owner_closed",
             ApiError::TooLarge(_) => "payload_too_large",
             ApiError::Quota(_) => "quota_exceeded",
+            ApiError::RegistrationClosed(_) => "registration_closed",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::Overloaded(_) => "overloaded",
+            ApiError::Busy(_) => "busy",
+            ApiError::StorageFull(_) => "storage_full",
             ApiError::Internal(_) => "internal",
         }
     }
@@ -115,6 +144,13 @@ impl From<StoreError> for ApiError {
             e @ (StoreError::OwnerQuota { .. } | StoreError::TotalQuota { .. }) => {
                 ApiError::Quota(format!("{e}; nothing was stored"))
             }
+            StoreError::RegistrationRefused(r @ crate::store::Refusal::RateLimited) => {
+                ApiError::RateLimited { message: r.to_string(), retry_after: 60 }
+            }
+            StoreError::RegistrationRefused(r) => ApiError::RegistrationClosed(r.to_string()),
+            e @ StoreError::Full(_) => ApiError::StorageFull(e.to_string()),
+            e @ StoreError::Busy(_) => ApiError::Busy(e.to_string()),
+            StoreError::DeadlinePassed => ApiError::Timeout(0),
             StoreError::Database(e) => ApiError::Internal(e.to_string()),
             StoreError::Setup(e) => ApiError::Internal(e),
         }
@@ -126,7 +162,16 @@ impl IntoResponse for ApiError {
         if let ApiError::Internal(detail) = &self {
             tracing::error!(%detail, "internal error");
         }
+        let retry_after = match &self {
+            ApiError::RateLimited { retry_after, .. } => Some(*retry_after),
+            ApiError::Overloaded(_) | ApiError::Busy(_) => Some(1),
+            _ => None,
+        };
         let body = ErrorBody { error: self.code().to_owned(), message: self.to_string() };
-        (self.status(), axum::Json(body)).into_response()
+        let mut resp = (self.status(), axum::Json(body)).into_response();
+        if let Some(secs) = retry_after {
+            resp.headers_mut().insert(axum::http::header::RETRY_AFTER, axum::http::HeaderValue::from(secs));
+        }
+        resp
     }
 }

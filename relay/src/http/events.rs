@@ -1,9 +1,9 @@
 //! `POST /v1/events` (push) and `GET /v1/events` (pull).
 
-use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use simplysync::protocol::envelope::{NONCE_LEN, TAG_LEN};
 use simplysync::protocol::identity::{is_stream_id, relay_token_hash};
 use simplysync::protocol::wire::{PushRequest, PushResponse};
@@ -11,8 +11,8 @@ use simplysync::protocol::{base64url, SyncEnvelope};
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
-use super::{blocking, now_iso, owner_tag, AppState, Owner};
-use crate::store::NewEvent;
+use super::{blocking, deadline_of, now_iso, owner_tag, AppState, ClientIp, Owner};
+use crate::store::{MayRegister, NewEvent};
 
 /// Longest accepted `eventId`, `deviceId` and `createdAt`.
 const MAX_ID_LEN: usize = 256;
@@ -84,14 +84,33 @@ fn validate_envelope(index: usize, e: &SyncEnvelope, owner: &str) -> Result<(), 
     }
 }
 
-/// `POST /v1/events`: validates the whole batch, then stores it in one transaction.
-pub async fn push(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let token = bearer(&headers)?;
-    let bytes = body_bytes(&headers, body, st.limits.max_request_bytes, "the push body").await?;
-    let req: PushRequest = json(&bytes)?;
-    drop(bytes);
+/// Whether `client` may register a new owner now (its registration rate).
+pub(super) fn may_register(st: &AppState, client: ClientIp) -> MayRegister {
+    match client.0 {
+        Some(ip) if st.registrations.check(ip).is_some() => MayRegister::RateLimited,
+        _ => MayRegister::Yes,
+    }
+}
+
+/// Counts a registration against the client's rate.
+pub(super) fn registered(st: &AppState, client: ClientIp) {
+    if let Some(ip) = client.0 {
+        st.registrations.spend(ip);
+    }
+}
+
+/// The parsed, validated batch.
+struct Batch {
+    owner: String,
+    events: Vec<NewEvent>,
+}
+
+/// Parses and validates a push body (on the blocking pool: a body may be megabytes). The
+/// order: the body's JSON and owner id, then who is asking (401/410 before the envelopes are
+/// judged, so a closed owner's device hears 410 even for a bad batch), then the batch.
+fn parse_batch(bytes: &[u8], limits: &crate::config::Limits) -> Result<(String, Vec<SyncEnvelope>), ApiError> {
+    let req: PushRequest = json(bytes)?;
     let owner = owner_id(Some(&req.owner_id), "ownerId")?;
-    let limits = &st.limits;
     if req.events.len() > limits.max_events_per_push {
         return Err(ApiError::TooLarge(format!(
             "{} events in one push; MAX_EVENTS_PER_PUSH is {}",
@@ -99,8 +118,12 @@ pub async fn push(State(st): State<AppState>, headers: HeaderMap, body: Body) ->
             limits.max_events_per_push
         )));
     }
-    let mut prepared = Vec::with_capacity(req.events.len());
-    for (index, e) in req.events.into_iter().enumerate() {
+    Ok((owner, req.events))
+}
+
+fn validate_batch(owner: String, events: Vec<SyncEnvelope>, limits: &crate::config::Limits) -> Result<Batch, ApiError> {
+    let mut prepared = Vec::with_capacity(events.len());
+    for (index, e) in events.into_iter().enumerate() {
         validate_envelope(index, &e, &owner)?;
         let json = serde_json::to_string(&e).map_err(|err| ApiError::Internal(err.to_string()))?;
         if json.len() > limits.max_event_bytes {
@@ -112,10 +135,38 @@ pub async fn push(State(st): State<AppState>, headers: HeaderMap, body: Body) ->
         }
         prepared.push(NewEvent { event_id: e.event_id, stream_id: e.stream_id, json });
     }
+    Ok(Batch { owner, events: prepared })
+}
+
+/// `POST /v1/events`: validates the whole batch, then stores it in one transaction.
+pub async fn push(
+    State(st): State<AppState>,
+    Extension(client): Extension<ClientIp>,
+    req: axum::extract::Request,
+) -> Result<Response, ApiError> {
+    let deadline = deadline_of(&req);
+    let (parts, body) = req.into_parts();
+    let token = bearer(&parts.headers)?;
+    let bytes = body_bytes(&parts.headers, body, st.limits.max_request_bytes, "the push body").await?;
+    let limits = st.limits.clone();
+    let (owner, events) = tokio::task::spawn_blocking(move || parse_batch(&bytes, &limits))
+        .await
+        .map_err(|e| ApiError::Internal(format!("parse task failed: {e}")))??;
     let token_hash = relay_token_hash(&token);
-    let (o, now) = (owner.clone(), now_iso());
-    let outcome = blocking(&st, move |s| s.push(&o, &token_hash, &prepared, &now)).await?;
+    let (o, th) = (owner.clone(), token_hash.clone());
+    blocking(&st, move |s| s.authenticate(&o, &th)).await?;
+    let limits = st.limits.clone();
+    let batch = tokio::task::spawn_blocking(move || validate_batch(owner, events, &limits))
+        .await
+        .map_err(|e| ApiError::Internal(format!("validation task failed: {e}")))??;
+    let (o, now, register) = (batch.owner.clone(), now_iso(), may_register(&st, client));
+    let events = batch.events;
+    let outcome = blocking(&st, move |s| s.push(&o, &token_hash, &events, &now, register, Some(deadline))).await?;
     st.metrics.record_push(&outcome);
+    if outcome.registered {
+        registered(&st, client);
+    }
+    let owner = batch.owner;
     if outcome.forged > 0 {
         tracing::warn!(owner = %owner_tag(&owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
     }
@@ -158,7 +209,8 @@ pub async fn pull(
     let limit = parse_limit(q.get("limit"), st.limits.default_events_per_pull, st.limits.max_events_per_pull);
     let token_hash = relay_token_hash(&token);
     let o = owner.clone();
-    let page = blocking(&st, move |s| s.pull(&o, &token_hash, after, limit)).await?;
+    let max_bytes = st.limits.max_pull_bytes;
+    let page = blocking(&st, move |s| s.pull(&o, &token_hash, after, limit, max_bytes)).await?;
     st.metrics.record_pull(page.events.len());
     // The stored envelopes are already JSON: splice them in rather than re-serializing.
     let size: usize = page.events.iter().map(|e| e.len() + 1).sum();

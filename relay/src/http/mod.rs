@@ -1,29 +1,36 @@
-//! The HTTP API: one router per area, one middleware that times out, counts and logs every
-//! request, and permissive CORS around everything (preflight included).
+//! The HTTP API: one router per area, wrapped (outermost first) in: request ids, logging,
+//! metrics and the per-request deadline ([`observe`]); admission control — the in-flight
+//! budget, the per-route body limit checked on the declared length before any other work, and
+//! the per-address limit on failed authentications ([`admission`]); and permissive CORS.
 
+pub mod admission;
 pub mod blobs;
 pub mod error;
 pub mod events;
+pub mod observe;
 pub mod ops;
 pub mod request;
 pub mod status;
 pub mod streams;
 
 use std::convert::Infallible;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use axum::extract::{MatchedPath, Request, State};
-use axum::middleware::{from_fn_with_state, Next};
-use axum::response::{IntoResponse, IntoResponseParts, Response, ResponseParts};
+use axum::extract::Request;
+use axum::middleware::{from_fn, from_fn_with_state};
+use axum::response::{IntoResponseParts, ResponseParts};
 use axum::routing::{get, post, put};
 use axum::Router;
 use simplysync::protocol::identity::sha256_base64url;
-use simplysync::protocol::time::iso8601_from_ms;
 use tower_http::cors::{AllowHeaders, AllowMethods, Any, CorsLayer};
 
-use crate::config::Limits;
+pub use crate::clock::now_iso;
+use crate::config::{Admission, Limits};
 use crate::metrics::Metrics;
+use crate::ratelimit::RateLimit;
 use crate::store::{RelayStore, StoreError};
 use error::ApiError;
 
@@ -36,12 +43,24 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Size and batch limits.
     pub limits: Arc<Limits>,
+    /// Admission control settings.
+    pub admission: Arc<Admission>,
+    /// Requests and body bytes in flight.
+    pub budget: Arc<admission::Budget>,
+    /// Per-address limit on new owners.
+    pub registrations: Arc<RateLimit>,
+    /// Per-address limit on failed authentications.
+    pub auth_failures: Arc<RateLimit>,
     /// Ops bearer token (None: ops disabled).
     pub admin_token: Option<Arc<str>>,
+    /// Bearer token `/metrics` requires (None: open).
+    pub metrics_token: Option<Arc<str>>,
     /// Scheduled compaction period (shown on the ops page).
     pub compaction_interval_ms: u64,
     /// Per-request time limit.
     pub request_timeout_ms: u64,
+    /// Set on shutdown: stops a running compaction at a safe point.
+    pub cancel: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -62,55 +81,51 @@ impl IntoResponseParts for Owner {
     }
 }
 
+/// The peer's socket address, set by the server for every connection (absent in-process).
+#[derive(Debug, Clone, Copy)]
+pub struct Peer(pub SocketAddr);
+
+/// When this request's time is up: writes not started by then are skipped.
+#[derive(Debug, Clone, Copy)]
+pub struct RequestDeadline(pub Instant);
+
+/// The client's address: from `CLIENT_IP_HEADER` behind a trusted proxy (its first entry),
+/// else the peer's. `None` in-process.
+#[derive(Debug, Clone, Copy)]
+pub struct ClientIp(pub Option<IpAddr>);
+
 /// A short pseudonymous tag of an owner id for logs: 8 characters of base64url(SHA-256(id)).
 pub fn owner_tag(owner_id: &str) -> String {
     sha256_base64url(owner_id.as_bytes())[..8].to_owned()
 }
 
-/// The relay's wall clock as ISO-8601.
-pub fn now_iso() -> String {
-    let ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-    iso8601_from_ms(ms)
+/// The deadline of the request `req` carries (far ahead in tests without the middleware).
+pub fn deadline_of(req: &Request) -> Instant {
+    req.extensions().get::<RequestDeadline>().map_or_else(|| Instant::now() + Duration::from_secs(3600), |d| d.0)
 }
 
-/// Runs a store call on the blocking pool.
+/// Runs a store call on the blocking pool; a database error is counted by kind.
 pub async fn blocking<T, F>(st: &AppState, f: F) -> Result<T, ApiError>
 where
     T: Send + 'static,
     F: FnOnce(&dyn RelayStore) -> Result<T, StoreError> + Send + 'static,
 {
     let store = st.store.clone();
-    tokio::task::spawn_blocking(move || f(store.as_ref()))
+    let out = tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
-        .map_err(|e| ApiError::Internal(format!("store task failed: {e}")))?
-        .map_err(ApiError::from)
-}
-
-async fn observe(State(st): State<AppState>, req: Request, next: Next) -> Response {
-    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
-    let method = req.method().clone();
-    let started = Instant::now();
-    let limit = Duration::from_millis(st.request_timeout_ms);
-    let mut resp = match tokio::time::timeout(limit, next.run(req)).await {
-        Ok(resp) => resp,
-        Err(_) => ApiError::Timeout(st.request_timeout_ms).into_response(),
-    };
-    let status = resp.status().as_u16();
-    if status == 408 || status == 413 {
-        // The body may be unread: tell the client this connection cannot be reused.
-        resp.headers_mut().insert(axum::http::header::CONNECTION, axum::http::HeaderValue::from_static("close"));
-    }
-    st.metrics.record_request(&route, status);
-    let owner = resp.extensions().get::<Owner>().map(|o| owner_tag(&o.0));
-    tracing::info!(
-        %method,
-        route,
-        status,
-        owner = owner.as_deref().unwrap_or("-"),
-        ms = (started.elapsed().as_secs_f64() * 1000.0 * 10.0).round() / 10.0,
-        "request"
-    );
-    resp
+        .map_err(|e| ApiError::Internal(format!("store task failed: {e}")))?;
+    out.map_err(|e| {
+        match &e {
+            StoreError::OwnerQuota { .. } => st.metrics.record_quota_rejection("owner"),
+            StoreError::TotalQuota { .. } => st.metrics.record_quota_rejection("total"),
+            StoreError::Full(_) | StoreError::Busy(_) | StoreError::Database(_) | StoreError::Setup(_) => {
+                st.metrics.record_db_error(e.kind())
+            }
+            StoreError::RegistrationRefused(_) => st.metrics.record_rejection("registration"),
+            _ => {}
+        }
+        ApiError::from(e)
+    })
 }
 
 async fn not_found() -> ApiError {
@@ -131,6 +146,37 @@ pub fn app(state: AppState) -> Router {
         .allow_headers(AllowHeaders::mirror_request())
         .expose_headers(Any)
         .max_age(Duration::from_secs(86_400));
+    api_routes()
+        .route("/metrics", get(ops::metrics))
+        .layer(from_fn_with_state(state.clone(), admission::admit))
+        .layer(from_fn_with_state(state.clone(), observe::observe))
+        .layer(from_fn(observe::request_id))
+        .layer(cors)
+        .with_state(state)
+}
+
+/// The API without `/metrics` (served on `METRICS_ADDR` instead).
+pub fn app_without_metrics(state: AppState) -> Router {
+    let cors = CorsLayer::new()
+        .allow_origin(Any)
+        .allow_methods(AllowMethods::mirror_request())
+        .allow_headers(AllowHeaders::mirror_request())
+        .expose_headers(Any)
+        .max_age(Duration::from_secs(86_400));
+    api_routes()
+        .layer(from_fn_with_state(state.clone(), admission::admit))
+        .layer(from_fn_with_state(state.clone(), observe::observe))
+        .layer(from_fn(observe::request_id))
+        .layer(cors)
+        .with_state(state)
+}
+
+/// `/metrics` alone, for its own listener.
+pub fn metrics_app(state: AppState) -> Router {
+    Router::new().route("/metrics", get(ops::metrics)).fallback(not_found).with_state(state)
+}
+
+fn api_routes() -> Router<AppState> {
     Router::new()
         .route("/health", get(status::health))
         .route("/v1/events", post(events::push).get(events::pull))
@@ -139,13 +185,9 @@ pub fn app(state: AppState) -> Router {
         .route("/v1/blobs/{hash}", put(blobs::put).get(blobs::get).head(blobs::head))
         .route("/v1/status", get(status::status))
         .route("/v1/usage", get(status::usage))
-        .route("/metrics", get(ops::metrics))
         .route("/ops", get(ops::page))
         .route("/ops/stats", get(ops::stats))
         .route("/ops/compact", post(ops::compact))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(from_fn_with_state(state.clone(), observe))
-        .layer(cors)
-        .with_state(state)
 }

@@ -8,7 +8,7 @@ use subtle::ConstantTimeEq;
 
 use super::error::ApiError;
 use super::request::bearer;
-use super::{blocking, now_iso, AppState};
+use super::{blocking, AppState};
 
 fn admin(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(expected) = &st.admin_token else {
@@ -22,11 +22,17 @@ fn admin(st: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     }
 }
 
-/// `GET /metrics`.
-pub async fn metrics(State(st): State<AppState>) -> Result<Response, ApiError> {
+/// `GET /metrics` (bearer `METRICS_TOKEN`, when set).
+pub async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if let Some(expected) = &st.metrics_token {
+        let token = bearer(&headers)?;
+        if !bool::from(token.as_bytes().ct_eq(expected.as_bytes())) {
+            return Err(ApiError::Forbidden("wrong metrics token".into()));
+        }
+    }
     let stats = blocking(&st, |s| s.stats()).await?;
     let text = st.metrics.render(&stats);
-    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response())
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
 /// `GET /ops/stats`: relay-wide figures.
@@ -42,6 +48,9 @@ pub async fn stats(State(st): State<AppState>, headers: HeaderMap) -> Result<Res
         "headSeq": stats.head_seq,
         "lastCompactionAt": stats.last_compaction_at,
         "lastCompactionDeletedEvents": stats.last_compaction_deleted,
+        "lastCompactionMs": stats.last_compaction_ms,
+        "databaseBytes": stats.database_bytes,
+        "walBytes": stats.wal_bytes,
         "epoch": st.store.epoch(),
         "compactionIntervalMs": st.compaction_interval_ms,
     }))
@@ -51,7 +60,7 @@ pub async fn stats(State(st): State<AppState>, headers: HeaderMap) -> Result<Res
 /// `POST /ops/compact`: runs log compaction now.
 pub async fn compact(State(st): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
     admin(&st, &headers)?;
-    let report = crate::compaction::run_once(&st.store, &st.metrics, &now_iso()).await?;
+    let report = crate::compaction::run_once(&st.store, &st.metrics, &st.cancel).await?;
     Ok(axum::Json(serde_json::json!({
         "owners": report.owners,
         "deletedEvents": report.deleted_events,

@@ -14,11 +14,7 @@ use super::{blocking, now_iso, AppState, Owner};
 pub const SERVICE: &str = "simplysync-relay";
 
 fn server_info(st: &AppState) -> ServerInfo {
-    ServerInfo {
-        version: env!("CARGO_PKG_VERSION").into(),
-        server_time: now_iso(),
-        epoch: Some(st.store.epoch().to_owned()),
-    }
+    ServerInfo { version: env!("CARGO_PKG_VERSION").into(), server_time: now_iso(), epoch: Some(st.store.epoch()) }
 }
 
 async fn account(st: &AppState, headers: &HeaderMap, raw: Option<&str>) -> Result<(String, StatusResponse), ApiError> {

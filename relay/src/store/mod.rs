@@ -46,13 +46,83 @@ pub enum StoreError {
         /// The ceiling.
         quota: u64,
     },
+    /// This relay does not take new owners (or not from this client right now).
+    #[error("{0}")]
+    RegistrationRefused(Refusal),
+    /// The database (or its disk) is full; nothing was stored. Reads still work.
+    #[error("the relay's storage is full ({0}); nothing was stored")]
+    Full(String),
+    /// The database is busy (locked by another process); try again shortly.
+    #[error("the relay's database is busy ({0}); try again")]
+    Busy(String),
+    /// The request's deadline passed before its write could start: nothing was done.
+    #[error("the request's deadline passed before the write started; nothing was stored")]
+    DeadlinePassed,
     /// The database failed.
     #[error("database error: {0}")]
-    Database(#[from] rusqlite::Error),
+    Database(rusqlite::Error),
     /// The store could not be set up (directory, randomness).
     #[error("{0}")]
     Setup(String),
 }
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy(e.to_string()),
+            _ => StoreError::Database(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// A short name of the kind, for metrics (`simplysync_db_errors_total{kind}`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Full(_) => "full",
+            StoreError::Busy(_) => "busy",
+            StoreError::Database(_) => "other",
+            StoreError::Setup(_) => "setup",
+            _ => "none",
+        }
+    }
+}
+
+/// Why a new owner was not registered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// `REGISTRATION=closed`: only owners already known may push.
+    Closed,
+    /// `MAX_OWNERS` reached.
+    Full(u64),
+    /// This client registered too many owners lately (the HTTP layer's per-IP limit).
+    RateLimited,
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Refusal::Closed => f.write_str("this relay takes no new owners (REGISTRATION=closed)"),
+            Refusal::Full(max) => write!(f, "this relay holds its maximum of {max} owners (MAX_OWNERS)"),
+            Refusal::RateLimited => f.write_str("too many new owners from this client; try again later"),
+        }
+    }
+}
+
+/// Whether a request may register an unknown owner (trust on first use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MayRegister {
+    /// Yes, within the store's own rules (`REGISTRATION`, `MAX_OWNERS`).
+    Yes,
+    /// No: the client is over its registration rate.
+    RateLimited,
+}
+
+/// When a write must start by, if at all: a request the HTTP layer already answered (408)
+/// must not still write once the writer gets to it.
+pub type Deadline = Option<std::time::Instant>;
 
 /// One validated envelope, ready to store.
 #[derive(Debug, Clone)]
@@ -78,6 +148,15 @@ pub struct PushOutcome {
     pub registered: bool,
     /// Bytes added to the owner's usage.
     pub added_bytes: u64,
+}
+
+/// Whether an owner is known here (authentication without any write).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OwnerState {
+    /// Registered, and the token matches.
+    Known,
+    /// Never registered: a push or blob upload would register it.
+    Unknown,
 }
 
 /// One page of a pull.
@@ -122,9 +201,22 @@ pub struct CompactionReport {
     pub reclaimed_bytes: u64,
     /// Wall time taken, ms.
     pub duration_ms: u64,
+    /// False when it stopped early (shutdown); the next pass goes on.
+    pub complete: bool,
 }
 
-/// Relay-wide figures for the ops page and metrics.
+/// What closing the database's write-ahead log into its file did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CheckpointReport {
+    /// A reader or writer kept it from finishing.
+    pub busy: bool,
+    /// Frames in the log.
+    pub log_frames: i64,
+    /// Frames moved into the database.
+    pub checkpointed_frames: i64,
+}
+
+/// Relay-wide figures for the ops page and metrics (maintained counters, never a scan).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RelayStats {
     /// Registered owners (open and closed).
@@ -143,20 +235,47 @@ pub struct RelayStats {
     pub last_compaction_at: Option<String>,
     /// Events the last compaction removed.
     pub last_compaction_deleted: u64,
+    /// How long the last compaction took, ms.
+    pub last_compaction_ms: u64,
+    /// The database file's size, bytes.
+    pub database_bytes: u64,
+    /// The write-ahead log's size, bytes.
+    pub wal_bytes: u64,
 }
 
 /// The storage contract.
 pub trait RelayStore: Send + Sync + 'static {
     /// The database's epoch id (random, fixed when the database was created).
-    fn epoch(&self) -> &str;
+    fn epoch(&self) -> String;
 
-    /// Stores a validated batch atomically: registers an unknown owner (TOFU), skips duplicates,
-    /// and commits nothing if a quota would be exceeded.
-    fn push(&self, owner_id: &str, token_hash: &str, events: &[NewEvent], now: &str)
-        -> Result<PushOutcome, StoreError>;
+    /// Authenticates without writing: `Known` (the token matches), `Unknown` (not registered),
+    /// or `Unauthorized` / `Closed`. Lets the HTTP layer answer 401/410 before it validates a
+    /// body; the write re-checks in its own transaction.
+    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError>;
 
-    /// Reads up to `limit` events with seq > `after`, in seq order.
-    fn pull(&self, owner_id: &str, token_hash: &str, after: u64, limit: u32) -> Result<PullPage, StoreError>;
+    /// Stores a validated batch atomically: registers an unknown owner (TOFU, if `register`
+    /// and the relay's registration rules allow), skips duplicates, and commits nothing if a
+    /// quota would be exceeded or `deadline` passed before the write could start.
+    fn push(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        events: &[NewEvent],
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> Result<PushOutcome, StoreError>;
+
+    /// Reads up to `limit` events with seq > `after`, in seq order, stopping before the page
+    /// passes `max_bytes` (always at least one event).
+    fn pull(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<PullPage, StoreError>;
 
     /// Deletes every event of the named streams and credits their bytes back.
     fn compact_streams(
@@ -164,15 +283,23 @@ pub trait RelayStore: Send + Sync + 'static {
         owner_id: &str,
         token_hash: &str,
         stream_ids: &[String],
+        deadline: Deadline,
     ) -> Result<CompactResponse, StoreError>;
 
     /// Deletes the owner's events and blobs and marks it closed (idempotent).
-    fn close_owner(&self, owner_id: &str, token_hash: &str, now: &str) -> Result<CloseResponse, StoreError>;
+    fn close_owner(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        now: &str,
+        deadline: Deadline,
+    ) -> Result<CloseResponse, StoreError>;
 
     /// Authenticates and checks whether a chunk is stored, without its bytes.
     fn blob_presence(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<BlobPresence, StoreError>;
 
-    /// Stores a verified chunk (registers an unknown owner; quota-checked).
+    /// Stores a verified chunk (registers an unknown owner like [`RelayStore::push`]; quota-checked).
+    #[allow(clippy::too_many_arguments)]
     fn put_blob(
         &self,
         owner_id: &str,
@@ -180,20 +307,27 @@ pub trait RelayStore: Send + Sync + 'static {
         hash: &str,
         bytes: &[u8],
         now: &str,
+        register: MayRegister,
+        deadline: Deadline,
     ) -> Result<BlobPutOutcome, StoreError>;
 
     /// Reads a chunk.
     fn get_blob(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
-    /// The owner's account figures (`quota_bytes` and `used_pct` filled from `quota`).
+    /// The owner's account figures (`quota_bytes` and `used_pct` filled from `quota`), from
+    /// maintained counters.
     fn account(&self, owner_id: &str, token_hash: &str, quota: u64) -> Result<AccountInfo, StoreError>;
 
-    /// Keeps only the newest event (max event id) of each (owner, stream); never reuses a seq.
-    fn compact_all(&self, now: &str) -> Result<CompactionReport, StoreError>;
+    /// Keeps only the newest event (max event id) of each (owner, stream), in short batches;
+    /// never reuses a seq. Stops at a safe point when `cancel` is set.
+    fn compact_all(&self, now: &str, cancel: &std::sync::atomic::AtomicBool) -> Result<CompactionReport, StoreError>;
+
+    /// When the last compaction ran (ISO), if ever; and when the database was created.
+    fn compaction_times(&self) -> Result<(Option<String>, String), StoreError>;
 
     /// Relay-wide figures.
     fn stats(&self) -> Result<RelayStats, StoreError>;
 
     /// Flushes the write-ahead log into the database file (on shutdown).
-    fn checkpoint(&self) -> Result<(), StoreError>;
+    fn checkpoint(&self) -> Result<CheckpointReport, StoreError>;
 }

@@ -1,0 +1,91 @@
+//! Admission control, before any work: a request whose declared body is larger than its route
+//! takes is answered 413 at once (a blob upload declaring a terabyte never reaches the
+//! database); a client over its failed-authentication rate gets 429; and when the relay already
+//! handles `MAX_IN_FLIGHT_REQUESTS` requests or `MAX_IN_FLIGHT_BYTES` of bodies, 503 with
+//! `Retry-After` — rather than queueing without end.
+
+use std::sync::Arc;
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::{header, Method};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::error::ApiError;
+use super::{AppState, ClientIp};
+
+/// Requests and body bytes in flight.
+#[derive(Debug)]
+pub struct Budget {
+    requests: Arc<Semaphore>,
+    bytes: Arc<Semaphore>,
+    /// Bytes one permit stands for (semaphores count in u32 permits).
+    unit: u64,
+}
+
+impl Budget {
+    /// A budget of `requests` requests and `bytes` body bytes.
+    pub fn new(requests: usize, bytes: u64) -> Budget {
+        let unit = 1024;
+        let permits = (bytes / unit).clamp(1, Semaphore::MAX_PERMITS as u64) as usize;
+        Budget { requests: Arc::new(Semaphore::new(requests)), bytes: Arc::new(Semaphore::new(permits)), unit }
+    }
+
+    fn take(&self, body: u64) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
+        let r = self.requests.clone().try_acquire_owned().ok()?;
+        if body == 0 {
+            return Some((r, None));
+        }
+        let units = body.div_ceil(self.unit).min(u32::MAX as u64) as u32;
+        let b = self.bytes.clone().try_acquire_many_owned(units).ok()?;
+        Some((r, Some(b)))
+    }
+}
+
+/// The largest body a route takes.
+fn body_limit(st: &AppState, method: &Method, route: &str) -> u64 {
+    let l = &st.limits;
+    match (method, route) {
+        (&Method::POST, "/v1/events") => l.max_request_bytes as u64,
+        (&Method::PUT, "/v1/blobs/{hash}") => l.max_blob_bytes as u64,
+        (&Method::POST, "/v1/streams/compact" | "/v1/owner/close") => l.max_control_bytes as u64,
+        _ => l.max_control_bytes as u64,
+    }
+}
+
+/// Checks the declared size, the client's failed authentications and the in-flight budget.
+pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Response {
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
+    let limit = body_limit(&st, req.method(), &route);
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        st.metrics.record_rejection("too_large");
+        let n = declared.unwrap_or_default();
+        return ApiError::TooLarge(format!("the body declares {n} bytes; {route} takes at most {limit}"))
+            .into_response();
+    }
+    if route.starts_with("/v1/") {
+        if let Some(ClientIp(Some(ip))) = req.extensions().get::<ClientIp>().copied() {
+            if let Some(wait) = st.auth_failures.check(ip) {
+                st.metrics.record_rejection("rate_limited_auth");
+                return ApiError::RateLimited {
+                    message: "too many failed authentications from this client; try again later".into(),
+                    retry_after: wait.as_secs().max(1),
+                }
+                .into_response();
+            }
+        }
+    }
+    // A body of unknown length counts as the route's limit (it is read no further than that).
+    let Some(permits) =
+        st.budget.take(declared.unwrap_or(if matches!(*req.method(), Method::GET | Method::HEAD) { 0 } else { limit }))
+    else {
+        st.metrics.record_rejection("overloaded");
+        return ApiError::Overloaded("the relay is handling as many requests as it takes; try again shortly".into())
+            .into_response();
+    };
+    let resp = next.run(req).await;
+    drop(permits);
+    resp
+}

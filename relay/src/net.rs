@@ -1,0 +1,172 @@
+//! Accepting connections: HTTP/1.1 only (no h2c sniffing on plaintext), a deadline for each
+//! request's headers (`HEADER_TIMEOUT_MS`, the slow-loris guard), an idle timeout for a
+//! connection with nothing moving (`IDLE_TIMEOUT_MS`), and a cap on open connections
+//! (`MAX_CONNECTIONS`: beyond it a new connection is closed at once), so silent sockets cannot
+//! exhaust file descriptors. Each request carries its peer's address ([`Peer`]).
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+use tower::ServiceExt as _;
+
+use crate::http::Peer;
+use crate::metrics::Metrics;
+
+/// How connections are served.
+#[derive(Debug, Clone)]
+pub struct ConnectionRules {
+    /// Open connections at most.
+    pub max_connections: usize,
+    /// Time to send a request's headers.
+    pub header_timeout: Duration,
+    /// Time a connection may go without any byte read or written.
+    pub idle_timeout: Duration,
+}
+
+/// A stream that fails with `TimedOut` when neither a read nor a write made progress for
+/// `idle` (a socket that says nothing is closed; one that streams a long answer is not).
+struct IdleTimeout<S> {
+    inner: S,
+    idle: Duration,
+    timer: Pin<Box<Sleep>>,
+}
+
+impl<S> IdleTimeout<S> {
+    fn new(inner: S, idle: Duration) -> IdleTimeout<S> {
+        IdleTimeout { inner, idle, timer: Box::pin(tokio::time::sleep(idle)) }
+    }
+
+    fn progressed(&mut self) {
+        self.timer.as_mut().reset(Instant::now() + self.idle);
+    }
+
+    fn expired(&mut self, cx: &mut Context<'_>) -> bool {
+        self.timer.as_mut().poll(cx).is_ready()
+    }
+}
+
+fn timed_out() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::TimedOut, "the connection was idle too long")
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
+    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    self.progressed();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
+    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match Pin::new(&mut self.inner).poll_write(cx, buf) {
+            Poll::Ready(r) => {
+                if matches!(r, Ok(n) if n > 0) {
+                    self.progressed();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Counts an open connection until dropped.
+struct Open(Arc<AtomicUsize>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Accepts connections until `shutdown` resolves, then gives in-flight requests up to
+/// `drain` to finish; returns whether they all did.
+pub async fn serve_connections(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    rules: ConnectionRules,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    drain: Duration,
+) -> bool {
+    let graceful = GracefulShutdown::new();
+    let open = Arc::new(AtomicUsize::new(0));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(pair) => pair,
+                Err(e) => {
+                    // Out of file descriptors and the like: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        if open.fetch_add(1, Ordering::SeqCst) >= rules.max_connections {
+            open.fetch_sub(1, Ordering::SeqCst);
+            metrics.record_rejection("connections");
+            tracing::debug!(%peer, "connection refused: MAX_CONNECTIONS reached");
+            drop(stream);
+            continue;
+        }
+        let guard = Open(open.clone());
+        let _ = stream.set_nodelay(true);
+        let service = TowerToHyperService::new(router.clone().map_request(move |r: hyper::Request<Incoming>| {
+            let mut r = r.map(axum::body::Body::new);
+            r.extensions_mut().insert(Peer(peer));
+            r
+        }));
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder.timer(TokioTimer::new()).header_read_timeout(rules.header_timeout).keep_alive(true);
+        let io = TokioIo::new(IdleTimeout::new(stream, rules.idle_timeout));
+        let conn = graceful.watch(builder.serve_connection(io, service));
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(guard);
+        });
+    }
+    drop(listener);
+    match tokio::time::timeout(drain, graceful.shutdown()).await {
+        Ok(()) => true,
+        Err(_) => {
+            tracing::warn!(
+                drain_ms = drain.as_millis() as u64,
+                "shutdown: requests still running after the deadline; closing them"
+            );
+            false
+        }
+    }
+}

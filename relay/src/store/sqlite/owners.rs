@@ -1,0 +1,140 @@
+//! Owners: authentication (constant-time), trust-on-first-use registration under the relay's
+//! rules, and the per-owner counters (bytes, events, streams) kept with every write.
+
+use rusqlite::{params, Connection, OptionalExtension};
+use subtle::ConstantTimeEq;
+
+use super::schema::{bump, meta_u64};
+use crate::store::{MayRegister, Refusal, StoreError};
+
+/// Who may register (trust on first use).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Registration {
+    /// `REGISTRATION=open` (true) or `closed`.
+    pub open: bool,
+    /// `MAX_OWNERS`, if set.
+    pub max_owners: Option<u64>,
+}
+
+impl Default for Registration {
+    fn default() -> Self {
+        Registration { open: true, max_owners: None }
+    }
+}
+
+pub(super) struct OwnerRow {
+    pub token_hash: String,
+    pub closed: bool,
+    pub stored_bytes: u64,
+    pub head_seq: u64,
+    pub created_at: String,
+    pub event_count: u64,
+    pub stream_count: u64,
+}
+
+pub(super) fn owner_row(conn: &Connection, owner_id: &str) -> Result<Option<OwnerRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT token_hash, closed_at IS NOT NULL, stored_bytes, head_seq, created_at, event_count, stream_count
+         FROM owners WHERE owner_id = ?1",
+    )?;
+    Ok(stmt
+        .query_row([owner_id], |r| {
+            Ok(OwnerRow {
+                token_hash: r.get(0)?,
+                closed: r.get(1)?,
+                stored_bytes: r.get::<_, i64>(2)?.max(0) as u64,
+                head_seq: r.get::<_, i64>(3)?.max(0) as u64,
+                created_at: r.get(4)?,
+                event_count: r.get::<_, i64>(5)?.max(0) as u64,
+                stream_count: r.get::<_, i64>(6)?.max(0) as u64,
+            })
+        })
+        .optional()?)
+}
+
+/// Authenticates an existing owner: a wrong token is 401 even for a closed owner, so a closed
+/// owner looks live to anyone without the token; the right token on a closed owner is 410.
+pub(super) fn authorize(owner: &OwnerRow, token_hash: &str) -> Result<(), StoreError> {
+    if !bool::from(owner.token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
+        return Err(StoreError::Unauthorized);
+    }
+    if owner.closed {
+        return Err(StoreError::Closed);
+    }
+    Ok(())
+}
+
+pub(super) fn existing_owner(conn: &Connection, owner_id: &str, token_hash: &str) -> Result<OwnerRow, StoreError> {
+    let owner = owner_row(conn, owner_id)?.ok_or(StoreError::UnknownOwner)?;
+    authorize(&owner, token_hash)?;
+    Ok(owner)
+}
+
+/// Finds the owner (returning its stored bytes) or registers it with `token_hash` (trust on
+/// first use) if the relay's rules and the caller allow; the flag says it registered.
+pub(super) fn owner_or_register(
+    conn: &Connection,
+    owner_id: &str,
+    token_hash: &str,
+    now: &str,
+    rules: Registration,
+    register: MayRegister,
+) -> Result<(u64, bool), StoreError> {
+    if let Some(owner) = owner_row(conn, owner_id)? {
+        authorize(&owner, token_hash)?;
+        return Ok((owner.stored_bytes, false));
+    }
+    if !rules.open {
+        return Err(StoreError::RegistrationRefused(Refusal::Closed));
+    }
+    if let Some(max) = rules.max_owners {
+        if meta_u64(conn, "owners")? >= max {
+            return Err(StoreError::RegistrationRefused(Refusal::Full(max)));
+        }
+    }
+    if register == MayRegister::RateLimited {
+        return Err(StoreError::RegistrationRefused(Refusal::RateLimited));
+    }
+    conn.prepare_cached("INSERT INTO owners (owner_id, token_hash, created_at) VALUES (?1, ?2, ?3)")?
+        .execute(params![owner_id, token_hash, now])?;
+    bump(conn, "owners", 1)?;
+    Ok((0, true))
+}
+
+/// What a write changed for one owner: bytes, events and streams (each may be negative).
+#[derive(Debug, Default, Clone, Copy)]
+pub(super) struct Delta {
+    pub bytes: i64,
+    pub events: i64,
+    pub streams: i64,
+}
+
+/// Applies `d` to the owner's counters and the relay's totals.
+pub(super) fn apply(conn: &Connection, owner_id: &str, d: Delta) -> Result<(), StoreError> {
+    if d.bytes == 0 && d.events == 0 && d.streams == 0 {
+        return Ok(());
+    }
+    conn.prepare_cached(
+        "UPDATE owners SET stored_bytes = max(0, stored_bytes + ?2), event_count = max(0, event_count + ?3),
+                           stream_count = max(0, stream_count + ?4)
+         WHERE owner_id = ?1",
+    )?
+    .execute(params![owner_id, d.bytes, d.events, d.streams])?;
+    bump(conn, "total_bytes", d.bytes)?;
+    bump(conn, "events", d.events)
+}
+
+pub(super) fn check_quota(
+    quotas: super::Quotas,
+    owner_used: u64,
+    total_used: u64,
+    adding: u64,
+) -> Result<(), StoreError> {
+    if owner_used + adding > quotas.max_owner_bytes {
+        return Err(StoreError::OwnerQuota { used: owner_used, adding, quota: quotas.max_owner_bytes });
+    }
+    if total_used + adding > quotas.max_total_bytes {
+        return Err(StoreError::TotalQuota { used: total_used, adding, quota: quotas.max_total_bytes });
+    }
+    Ok(())
+}
