@@ -76,7 +76,9 @@ async fn a_declared_length_over_the_limit_is_413_before_anything_else_even_for_a
     let (hash, bytes) = chunk(7, 10);
     relay.put_blob(&alice, &hash, bytes).await;
     let addr = relay.url.strip_prefix("http://").unwrap();
-    for (auth, what) in [(format!("Authorization: Bearer {}\r\n", alice.token()), "its owner"), (String::new(), "no token")] {
+    for (auth, what) in
+        [(format!("Authorization: Bearer {}\r\n", alice.token()), "its owner"), (String::new(), "no token")]
+    {
         let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
         let head = format!(
             "PUT /v1/blobs/{hash}?ownerId={} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: 1000000000000\r\n\r\n",
