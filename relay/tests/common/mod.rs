@@ -38,6 +38,8 @@ impl Drop for TempDir {
 /// A running relay process.
 pub struct Relay {
     pub url: String,
+    /// The metrics listener's URL, when `METRICS_ADDR` is set.
+    pub metrics_url: Option<String>,
     pub db: PathBuf,
     env: Vec<(String, String)>,
     child: Option<Child>,
@@ -68,9 +70,42 @@ impl Relay {
             env.push((k.to_string(), v.to_string()));
         }
         let db = dir.0.join("relay.sqlite");
-        let mut relay = Relay { url: String::new(), db, env, child: None, log: Default::default(), dir };
+        let mut relay =
+            Relay { url: String::new(), metrics_url: None, db, env, child: None, log: Default::default(), dir };
         relay.spawn();
         relay
+    }
+
+    /// Changes (or adds) a setting for the next [`Relay::restart`].
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// The relay process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").id()
+    }
+
+    /// How many file descriptors the relay process holds open (Linux).
+    pub fn open_fds(&self) -> usize {
+        std::fs::read_dir(format!("/proc/{}/fd", self.pid())).map(|d| d.count()).unwrap_or(0)
+    }
+
+    /// `host:port` of the API listener.
+    pub fn addr(&self) -> &str {
+        self.url.strip_prefix("http://").unwrap()
+    }
+
+    /// Sends `request` on a new socket and returns everything read until the relay closes it
+    /// (or `wait` passes).
+    pub async fn raw(&self, request: &[u8], wait: Duration) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut tcp = tokio::net::TcpStream::connect(self.addr()).await.unwrap();
+        tcp.write_all(request).await.unwrap();
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(wait, tcp.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
     }
 
     pub fn dir(&self) -> &Path {
@@ -100,6 +135,11 @@ impl Relay {
             panic!("relay did not start: {line:?} {err}")
         });
         self.url = url.to_owned();
+        if self.env.iter().any(|(k, _)| k == "METRICS_ADDR") {
+            line.clear();
+            stdout.read_line(&mut line).expect("relay prints its metrics address");
+            self.metrics_url = line.trim().strip_prefix("simplysync-relay metrics on ").map(str::to_owned);
+        }
         let mut stderr = child.stderr.take().unwrap();
         let log = self.log.clone();
         std::thread::spawn(move || {

@@ -1,0 +1,285 @@
+//! Load and hostile clients, over real sockets: bodies bounded per route by their declared
+//! length, pull pages bounded by bytes, a global in-flight budget answering 503 with
+//! `Retry-After`, silent sockets closed in time (file descriptors stay bounded), no h2c, and
+//! registration control with per-address rate limits.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{client, Owner, Relay, Resp};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// A request's head on a raw socket, with `Content-Length: declared` and no body.
+fn head_only(method: &str, path: &str, token: Option<&str>, declared: u64) -> Vec<u8> {
+    let auth = token.map(|t| format!("Authorization: Bearer {t}\r\n")).unwrap_or_default();
+    format!("{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n")
+        .into_bytes()
+}
+
+fn status_line(raw: &str) -> &str {
+    raw.lines().next().unwrap_or("")
+}
+
+#[tokio::test]
+async fn a_body_declared_larger_than_its_route_takes_is_413_before_auth_or_reading_it() {
+    let relay = Relay::start(&[("MAX_REQUEST_BYTES", "20000")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let wait = Duration::from_secs(5);
+    for (method, path, declared) in [
+        ("POST", "/v1/events".to_owned(), 20_001),
+        ("POST", "/v1/streams/compact".to_owned(), 65_537),
+        ("POST", "/v1/owner/close".to_owned(), 65_537),
+    ] {
+        // No token, and no body at all: the declared length alone is refused.
+        let raw = relay.raw(&head_only(method, &path, None, declared), wait).await;
+        assert!(status_line(&raw).contains(" 413 "), "{path} declaring {declared}: {raw}");
+        assert!(raw.contains("payload_too_large"), "{raw}");
+    }
+    // Exactly at the control limit is not refused for its size (it is 401: no token).
+    let raw = relay.raw(&head_only("POST", "/v1/owner/close", None, 65_536), Duration::from_millis(500)).await;
+    assert!(!status_line(&raw).contains(" 413 "), "{raw}");
+    // A close body streamed without a length is cut at 64 KiB too.
+    let mut req = format!(
+        "POST /v1/owner/close HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nTransfer-Encoding: chunked\r\n\r\n",
+        alice.token()
+    )
+    .into_bytes();
+    for _ in 0..40 {
+        req.extend_from_slice(format!("1000\r\n{}\r\n", " ".repeat(4096)).as_bytes());
+    }
+    req.extend_from_slice(b"0\r\n\r\n");
+    let raw = relay.raw(&req, wait).await;
+    assert!(status_line(&raw).contains(" 413 "), "{raw}");
+    // Nothing happened to the owner.
+    assert_eq!(relay.status_of(&alice).await.status, 200);
+}
+
+#[tokio::test]
+async fn a_pull_page_stops_at_max_pull_bytes_yet_always_carries_one_event() {
+    let relay = Relay::start(&[("MAX_PULL_BYTES", "4096")]);
+    let alice = Owner::new();
+    let events: Vec<_> = (0..12).map(|i| alice.event_sized(&format!("r{i}"), i, 900)).collect();
+    let size = serde_json::to_string(&events[0]).unwrap().len();
+    assert!(size > 1300 && size < 2048, "each envelope is {size} bytes");
+    relay.push(&alice, &events).await;
+    let (mut after, mut seen) = (String::new(), 0);
+    loop {
+        let v = relay.pull(&alice, &after, Some(50)).await.json();
+        let page = v["events"].as_array().unwrap();
+        if page.is_empty() {
+            break;
+        }
+        let bytes: usize = page.iter().map(|e| e.to_string().len()).sum();
+        assert!(bytes <= 4096, "a page of {} events is {bytes} bytes", page.len());
+        assert!(page.len() < 12);
+        seen += page.len();
+        after = v["nextCursor"].as_str().unwrap().to_owned();
+    }
+    assert_eq!(seen, 12, "every event is served across the pages");
+
+    // One envelope larger than the whole budget is still served, alone.
+    let small = Relay::start(&[("MAX_PULL_BYTES", "1024")]);
+    small.push(&alice, &events[..3]).await;
+    let v = small.pull(&alice, "", Some(50)).await.json();
+    assert_eq!(v["events"].as_array().unwrap().len(), 1, "{v}");
+}
+
+/// Opens a push whose body never comes: it holds a place in the in-flight budget until the
+/// relay's request timeout.
+async fn stalled_push(relay: &Relay, alice: &Owner, declared: u64) -> TcpStream {
+    let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
+    tcp.write_all(&head_only("POST", "/v1/events", Some(alice.token()), declared)).await.unwrap();
+    tcp
+}
+
+async fn wait_until(mut ok: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !ok().await {
+        assert!(start.elapsed() < Duration::from_secs(10), "condition not met within 10 s");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn assert_overloaded(r: &Resp) {
+    r.assert_error(503, "overloaded");
+    let retry: u64 = r.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(retry >= 1, "Retry-After: {retry}");
+}
+
+#[tokio::test]
+async fn past_the_in_flight_request_budget_requests_get_503_with_retry_after_then_recover() {
+    let relay = Relay::start(&[("MAX_IN_FLIGHT_REQUESTS", "2"), ("REQUEST_TIMEOUT_MS", "1500")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let _a = stalled_push(&relay, &alice, 100).await;
+    let _b = stalled_push(&relay, &alice, 100).await;
+    wait_until(async || relay.get("/health", None).await.status == 503).await;
+    assert_overloaded(&relay.pull(&alice, "", None).await);
+    assert_overloaded(&relay.push(&alice, &[alice.event("b", 2)]).await);
+    // The stalled requests time out (408) and free their places.
+    wait_until(async || relay.get("/health", None).await.status == 200).await;
+    assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200);
+    let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    assert!(metrics.contains("simplysync_rejections_total{reason=\"overloaded\"}"), "{metrics}");
+}
+
+#[tokio::test]
+async fn past_the_in_flight_byte_budget_bodies_get_503_while_reads_still_pass() {
+    let relay = Relay::start(&[
+        ("MAX_REQUEST_BYTES", "20000"),
+        ("MAX_EVENT_BYTES", "16000"),
+        ("MAX_IN_FLIGHT_BYTES", "30720"),
+        ("REQUEST_TIMEOUT_MS", "1500"),
+    ]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let _held = stalled_push(&relay, &alice, 20_000).await;
+    let body = json!({"ownerId": alice.owner_id(), "events": [alice.event_sized("b", 2, 9000)]}).to_string();
+    assert!(body.len() > 10_240 && body.len() < 16_000, "{}", body.len());
+    wait_until(async || {
+        relay.post_json("/v1/events", Some(alice.token()), serde_json::from_str(&body).unwrap()).await.status == 503
+    })
+    .await;
+    // A read declares no body: it still passes.
+    assert_eq!(relay.pull(&alice, "", None).await.status, 200);
+    // The stalled body times out; the same push then goes through.
+    wait_until(async || {
+        relay.post_json("/v1/events", Some(alice.token()), serde_json::from_str(&body).unwrap()).await.status == 200
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn hundreds_of_silent_sockets_are_closed_in_time_and_the_relay_keeps_serving() {
+    let relay = Relay::start(&[("MAX_CONNECTIONS", "40"), ("IDLE_TIMEOUT_MS", "1000"), ("HEADER_TIMEOUT_MS", "1000")]);
+    let fds_before = relay.open_fds();
+    let mut silent = Vec::new();
+    for _ in 0..300 {
+        silent.push(TcpStream::connect(relay.addr()).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let fds_during = relay.open_fds();
+    assert!(fds_during <= fds_before + 40 + 5, "fds: {fds_before} before, {fds_during} with 300 silent sockets");
+    // Every silent socket is closed by the relay: refused at once past the cap, or after the
+    // idle timeout.
+    let start = Instant::now();
+    for s in &mut silent {
+        let mut buf = [0u8; 64];
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await;
+        assert!(matches!(n, Ok(Ok(0)) | Ok(Err(_))), "a silent socket stayed open: {n:?}");
+    }
+    assert!(start.elapsed() < Duration::from_secs(4), "closed after {:?}", start.elapsed());
+    assert_eq!(relay.get("/health", None).await.status, 200);
+    assert!(relay.open_fds() <= fds_before + 5, "fds after: {}", relay.open_fds());
+}
+
+#[tokio::test]
+async fn a_client_that_trickles_its_headers_is_cut_off_at_the_header_timeout() {
+    let relay = Relay::start(&[("HEADER_TIMEOUT_MS", "800"), ("IDLE_TIMEOUT_MS", "60000")]);
+    let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
+    tcp.write_all(b"GET /health HTTP/1.1\r\nHost: x\r\n").await.unwrap();
+    let start = Instant::now();
+    let mut closed = false;
+    while start.elapsed() < Duration::from_secs(5) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if tcp.write_all(b"X-Slow: 1\r\n").await.is_err() {
+            closed = true;
+            break;
+        }
+        let mut buf = [0u8; 256];
+        if let Ok(r) = tokio::time::timeout(Duration::from_millis(1), tcp.read(&mut buf)).await {
+            // Closed (0 bytes / reset) or answered with an error status: either way cut off.
+            closed = !matches!(r, Ok(n) if n > 0 && String::from_utf8_lossy(&buf[..n]).contains(" 200 "));
+            break;
+        }
+    }
+    assert!(closed, "a trickling client was still connected after {:?}", start.elapsed());
+    assert!(start.elapsed() < Duration::from_secs(3), "cut off after {:?}", start.elapsed());
+    assert_eq!(relay.get("/health", None).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_http2_preface_is_not_spoken_on_plaintext() {
+    let relay = Relay::start(&[]);
+    let raw = relay.raw(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", Duration::from_secs(3)).await;
+    // An HTTP/2 server would answer with a SETTINGS frame (binary, type 0x04); this one answers
+    // HTTP/1.1 or closes.
+    assert!(raw.is_empty() || raw.starts_with("HTTP/1.1 4"), "{raw:?}");
+    assert_eq!(relay.get("/health", None).await.status, 200);
+}
+
+/// A push as if from client address `ip` (behind a proxy that sets `X-Forwarded-For`).
+async fn push_from(relay: &Relay, ip: &str, owner: &Owner, token: &str) -> Resp {
+    let body = json!({"ownerId": owner.owner_id(), "events": [owner.event("a", 1)]}).to_string();
+    let r = client()
+        .post(format!("{}/v1/events", relay.url))
+        .header("Authorization", format!("Bearer {token}"))
+        .header("X-Forwarded-For", ip)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    Resp { status, headers, bytes: r.bytes().await.unwrap().to_vec() }
+}
+
+#[tokio::test]
+async fn with_registration_closed_only_known_owners_may_push() {
+    let mut relay = Relay::start(&[]);
+    let (alice, bob) = (Owner::new(), Owner::new());
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    relay.set_env("REGISTRATION", "closed");
+    relay.restart();
+    relay.push(&bob, &[bob.event("a", 1)]).await.assert_error(403, "registration_closed");
+    let bytes = b"a chunk".to_vec();
+    let hash = simplysync::protocol::identity::sha256_base64url(&bytes);
+    relay.put_blob(&bob, &hash, bytes).await.assert_error(403, "registration_closed");
+    assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200);
+    relay.pull(&bob, "", None).await.assert_error(404, "unknown_owner");
+}
+
+#[tokio::test]
+async fn max_owners_caps_registration_and_known_owners_keep_pushing() {
+    let relay = Relay::start(&[("MAX_OWNERS", "2")]);
+    let (a, b, c) = (Owner::new(), Owner::new(), Owner::new());
+    assert_eq!(relay.push(&a, &[a.event("a", 1)]).await.status, 200);
+    assert_eq!(relay.push(&b, &[b.event("a", 1)]).await.status, 200);
+    relay.push(&c, &[c.event("a", 1)]).await.assert_error(403, "registration_closed");
+    assert_eq!(relay.push(&a, &[a.event("b", 2)]).await.status, 200);
+}
+
+#[tokio::test]
+async fn one_address_registering_owners_too_fast_gets_429_and_others_do_not() {
+    let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    for _ in 0..3 {
+        let o = Owner::new();
+        assert_eq!(push_from(&relay, "10.0.0.1", &o, o.token()).await.status, 200, "within the burst");
+    }
+    let o = Owner::new();
+    let r = push_from(&relay, "10.0.0.1", &o, o.token()).await;
+    r.assert_error(429, "rate_limited");
+    assert!(r.headers["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    // Refused registration registered nothing; another address is unaffected.
+    relay.pull(&o, "", None).await.assert_error(404, "unknown_owner");
+    assert_eq!(push_from(&relay, "10.0.0.2", &o, o.token()).await.status, 200);
+}
+
+#[tokio::test]
+async fn an_address_failing_auth_too_often_gets_429_even_with_the_right_token() {
+    let relay = Relay::start(&[("AUTH_FAILURES_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    let alice = Owner::new();
+    assert_eq!(push_from(&relay, "10.0.0.9", &alice, alice.token()).await.status, 200);
+    let wrong = "w".repeat(43);
+    for _ in 0..3 {
+        push_from(&relay, "10.0.0.7", &alice, &wrong).await.assert_error(401, "unauthorized");
+    }
+    let r = push_from(&relay, "10.0.0.7", &alice, alice.token()).await;
+    r.assert_error(429, "rate_limited");
+    assert!(r.headers.contains_key("retry-after"));
+    assert_eq!(push_from(&relay, "10.0.0.8", &alice, alice.token()).await.status, 200);
+}

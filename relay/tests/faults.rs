@@ -1,0 +1,236 @@
+//! Faults: a full disk (507, reads keep working, writes resume), a database another process
+//! holds (503 busy; a push answered 408 never writes afterwards), a shutdown with a request
+//! that never ends (the deadline holds), the high-water mark at its own path and
+//! `rotate-epoch`, and compaction scheduled from the stored last run.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Owner, Relay, Resp, TempDir};
+use serde_json::Value;
+use simplysync::protocol::SyncEnvelope;
+use tokio::io::AsyncWriteExt;
+
+async fn metrics(relay: &Relay) -> String {
+    String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap()
+}
+
+async fn epoch(relay: &Relay) -> String {
+    relay.get("/health", None).await.json()["epoch"].as_str().unwrap().to_owned()
+}
+
+#[tokio::test]
+async fn a_full_database_answers_507_keeps_serving_reads_and_takes_writes_again_once_space_is_freed() {
+    let relay =
+        Relay::start(&[("MAX_DB_BYTES", "262144"), ("MAX_OWNER_BYTES", "100000000"), ("MAX_TOTAL_BYTES", "100000000")]);
+    let (alice, bob) = (Owner::new(), Owner::new());
+    // Bob fills the database.
+    let mut full: Option<Resp> = None;
+    for batch in 0..40u64 {
+        let events: Vec<SyncEnvelope> =
+            (0..20).map(|i| bob.event_sized(&format!("r{batch}-{i}"), batch * 20 + i, 2000)).collect();
+        let r = relay.push(&bob, &events).await;
+        if r.status != 200 {
+            full = Some(r);
+            break;
+        }
+    }
+    let full = full.expect("a 256 KiB database fills up");
+    full.assert_error(507, "storage_full");
+    let stored = relay.pull_all(&bob).await.0.len();
+    assert!(stored > 0);
+    // Reads keep working; the refused push stored nothing.
+    assert_eq!(relay.status_of(&bob).await.status, 200);
+    assert_eq!(relay.pull_all(&bob).await.0.len(), stored);
+    let m = metrics(&relay).await;
+    assert!(m.contains("simplysync_db_errors_total{kind=\"full\"}"), "{m}");
+    // A new owner cannot write either, until space returns: bob closes his account.
+    let big: Vec<SyncEnvelope> = (0..20).map(|i| alice.event_sized(&format!("a{i}"), i, 2000)).collect();
+    relay.push(&alice, &big).await.assert_error(507, "storage_full");
+    let closed =
+        relay.post_json("/v1/owner/close", Some(bob.token()), serde_json::json!({"ownerId": bob.owner_id()})).await;
+    assert_eq!(
+        closed.status,
+        200,
+        "closing frees space even in a full database: {}",
+        String::from_utf8_lossy(&closed.bytes)
+    );
+    assert_eq!(relay.push(&alice, &big).await.status, 200);
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 20);
+}
+
+/// Holds SQLite's write lock on the relay's database from this process until dropped.
+struct WriteLock {
+    _held: rusqlite::Connection,
+}
+
+impl WriteLock {
+    fn take(db: &std::path::Path) -> WriteLock {
+        let c = rusqlite::Connection::open(db).unwrap();
+        c.execute_batch("BEGIN IMMEDIATE").unwrap();
+        WriteLock { _held: c }
+    }
+}
+
+#[tokio::test]
+async fn while_another_process_holds_the_database_pushes_get_503_busy_or_408_and_none_writes_later() {
+    let relay = Relay::start(&[("REQUEST_TIMEOUT_MS", "1000")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("seed", 0)]).await;
+    let lock = WriteLock::take(&relay.db);
+    let pushes: Vec<_> = (1..=6u64)
+        .map(|i| {
+            let (relay_url, alice) = (relay.url.clone(), alice.clone());
+            tokio::spawn(async move {
+                let body =
+                    serde_json::json!({"ownerId": alice.owner_id(), "events": [alice.event(&format!("r{i}"), i)]});
+                common::send(
+                    reqwest::Method::POST,
+                    &format!("{relay_url}/v1/events"),
+                    Some(alice.token()),
+                    Some(body.to_string().into_bytes()),
+                )
+                .await
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for p in pushes {
+        let r = p.await.unwrap();
+        if r.status == 503 {
+            r.assert_error(503, "busy");
+            assert!(r.headers.contains_key("retry-after"));
+        } else {
+            r.assert_error(408, "request_timeout");
+        }
+        statuses.push(r.status.as_u16());
+    }
+    assert!(statuses.contains(&503), "{statuses:?}");
+    assert!(statuses.contains(&408), "{statuses:?}");
+    // Writes still queued behind the lock are past their deadline: releasing it now must not
+    // let any of them commit.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    drop(lock);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 1, "only the seed event is stored");
+    assert!(metrics(&relay).await.contains("simplysync_db_errors_total{kind=\"busy\"}"));
+    assert_eq!(relay.push(&alice, &[alice.event("after", 9)]).await.status, 200);
+}
+
+#[tokio::test]
+async fn shutdown_stops_waiting_for_a_request_that_never_ends_at_its_deadline() {
+    let mut relay = Relay::start(&[("SHUTDOWN_TIMEOUT_MS", "1000"), ("REQUEST_TIMEOUT_MS", "60000")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let mut tcp = tokio::net::TcpStream::connect(relay.addr()).await.unwrap();
+    let head = format!(
+        "POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\nContent-Length: 500\r\n\r\n{{",
+        alice.token()
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let start = Instant::now();
+    relay.send_sigterm();
+    let (status, relay) = tokio::task::spawn_blocking(move || (relay.wait_exit(), relay)).await.unwrap();
+    let took = start.elapsed();
+    assert!(status.success(), "{status:?}");
+    assert!(took >= Duration::from_millis(900) && took < Duration::from_secs(5), "exited after {took:?}");
+    let log = relay.log_text();
+    assert!(log.contains("still running after the deadline"), "{log}");
+    assert!(log.contains("WAL checkpoint complete"), "{log}");
+}
+
+fn relay_command(args: &[&str], env: &[(&str, &std::path::Path)]) -> Value {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[tokio::test]
+async fn the_high_water_mark_lives_at_hwm_path_and_rotate_epoch_makes_a_new_epoch() {
+    let marks = TempDir::new("marks");
+    let hwm = marks.0.join("relay.hwm");
+    let mut relay = Relay::start(&[("HWM_PATH", hwm.to_str().unwrap())]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1), alice.event("b", 2)]).await;
+    let first = epoch(&relay).await;
+    relay.send_sigterm();
+    let mut relay = tokio::task::spawn_blocking(move || {
+        relay.wait_exit();
+        relay
+    })
+    .await
+    .unwrap();
+    let mark: Value = serde_json::from_str(&std::fs::read_to_string(&hwm).unwrap()).unwrap();
+    assert_eq!(mark["epoch"], first.as_str());
+    assert_eq!(mark["seq"], 2);
+    assert!(!relay.db.with_extension("sqlite.hwm").exists(), "no mark beside the database");
+    assert!(std::fs::read_dir(&marks.0).unwrap().count() == 1, "no temporary file left behind");
+
+    // A restore runbook: copy the database back, then rotate its epoch by hand.
+    let out = relay_command(&["rotate-epoch"], &[("DB_PATH", &relay.db), ("HWM_PATH", &hwm)]);
+    assert_eq!(out["previousEpoch"], first.as_str());
+    let second = out["epoch"].as_str().unwrap().to_owned();
+    assert_ne!(second, first);
+    relay.restart();
+    assert_eq!(epoch(&relay).await, second);
+    assert_eq!(relay.pull(&alice, "", None).await.json()["epoch"], second.as_str());
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 2, "rotating the epoch keeps the data");
+}
+
+#[tokio::test]
+async fn a_database_restored_behind_its_mark_at_hwm_path_gets_a_new_epoch_on_start() {
+    let marks = TempDir::new("marks");
+    let hwm = marks.0.join("relay.hwm");
+    let mut relay = Relay::start(&[("HWM_PATH", hwm.to_str().unwrap())]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    relay.send_sigterm();
+    let mut relay = tokio::task::spawn_blocking(move || {
+        relay.wait_exit();
+        relay
+    })
+    .await
+    .unwrap();
+    let backup = relay.dir().join("backup.sqlite");
+    rusqlite::Connection::open(&relay.db)
+        .unwrap()
+        .execute_batch(&format!("VACUUM INTO '{}'", backup.display()))
+        .unwrap();
+    relay.restart();
+    let first = epoch(&relay).await;
+    relay.push(&alice, &[alice.event("b", 2), alice.event("c", 3)]).await;
+    relay.send_sigterm();
+    let mut relay = tokio::task::spawn_blocking(move || {
+        relay.wait_exit();
+        relay
+    })
+    .await
+    .unwrap();
+    std::fs::copy(&backup, &relay.db).unwrap();
+    relay.restart();
+    assert_ne!(epoch(&relay).await, first, "the restored copy is behind the mark: a new epoch");
+}
+
+#[tokio::test]
+async fn a_relay_restarted_more_often_than_its_compaction_interval_still_compacts() {
+    let mut relay = Relay::start(&[("COMPACTION_INTERVAL_MS", "2500")]);
+    let alice = Owner::new();
+    let versions: Vec<SyncEnvelope> = (1..=3).map(|n| alice.event("same-row", n)).collect();
+    relay.push(&alice, &versions).await;
+    let start = Instant::now();
+    while relay.pull_all(&alice).await.0.len() != 1 {
+        assert!(start.elapsed() < Duration::from_secs(8), "never compacted across restarts");
+        // Each run is shorter than the interval: only a schedule read from the database gets there.
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        relay.restart();
+    }
+    assert!(start.elapsed() >= Duration::from_millis(1500), "compacted too early: {:?}", start.elapsed());
+}
