@@ -89,7 +89,7 @@ pub struct Peer(pub SocketAddr);
 #[derive(Debug, Clone, Copy)]
 pub struct RequestDeadline(pub Instant);
 
-/// The client's address: from `CLIENT_IP_HEADER` behind a trusted proxy (its first entry),
+/// The client's address: from `CLIENT_IP_HEADER` behind a trusted proxy (its last entry),
 /// else the peer's. `None` in-process.
 #[derive(Debug, Clone, Copy)]
 pub struct ClientIp(pub Option<IpAddr>);

@@ -41,14 +41,15 @@ pub async fn request_id(mut req: Request, next: Next) -> Response {
     resp
 }
 
-/// The client's address: `CLIENT_IP_HEADER`'s first entry behind a trusted proxy, else the peer.
+/// The client's address: the last entry of `CLIENT_IP_HEADER` (the one the trusted proxy in
+/// front appended; earlier entries are whatever the client claimed), else the peer.
 fn client_ip(st: &AppState, req: &Request) -> ClientIp {
     if let Some(name) = &st.admission.client_ip_header {
         let from_header = req
             .headers()
             .get(name.as_str())
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.split(',').next())
+            .and_then(|v| v.rsplit(',').next())
             .and_then(|v| v.trim().parse().ok());
         if from_header.is_some() {
             return ClientIp(from_header);
