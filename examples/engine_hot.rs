@@ -68,7 +68,7 @@ mod native {
                 })
                 .unwrap();
                 let l = tokio::net::TcpListener::from_std(listener).unwrap();
-                simplysync_relay::serve_on(l, config, std::future::pending()).await.unwrap();
+                simplysync_relay::serve_on(l, None, config, std::future::pending()).await.unwrap();
             });
         });
         let a = engine(&relay);

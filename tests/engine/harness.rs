@@ -85,7 +85,7 @@ impl TestRelay {
                     _ => vars.iter().find(|(name, _)| *name == k).map(|(_, v)| v.clone()),
                 })
                 .unwrap();
-                simplysync_relay::serve_on(listener, config, async move {
+                simplysync_relay::serve_on(listener, None, config, async move {
                     let _ = rx.await;
                 })
                 .await
