@@ -90,9 +90,21 @@ async fn a_pull_page_stops_at_max_pull_bytes_yet_always_carries_one_event() {
 
 /// Opens a push whose body never comes: it holds a place in the in-flight budget until the
 /// relay's request timeout.
-async fn stalled_push(relay: &Relay, alice: &Owner, declared: u64) -> TcpStream {
+async fn stalled_push(relay: &Relay, alice: &Owner, declared: u64, in_flight: u64) -> TcpStream {
     let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
     tcp.write_all(&head_only("POST", "/v1/events", Some(alice.token()), declared)).await.unwrap();
+    // Wait until the relay handles it (a new connection may be accepted after requests on
+    // connections already open): `in_flight` requests, read where reading takes no place in
+    // the budget (the metrics listener).
+    let metrics = format!("{}/metrics", relay.metrics_url.as_deref().expect("METRICS_ADDR set"));
+    wait_until(async || {
+        let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
+        m.lines().any(|l| {
+            l.strip_prefix("simplysync_http_requests_in_flight ")
+                .is_some_and(|n| n.parse::<u64>().unwrap_or(0) >= in_flight)
+        })
+    })
+    .await;
     tcp
 }
 
@@ -112,19 +124,24 @@ fn assert_overloaded(r: &Resp) {
 
 #[tokio::test]
 async fn past_the_in_flight_request_budget_requests_get_503_with_retry_after_then_recover() {
-    let relay = Relay::start(&[("MAX_IN_FLIGHT_REQUESTS", "2"), ("REQUEST_TIMEOUT_MS", "4000")]);
+    let relay = Relay::start(&[
+        ("MAX_IN_FLIGHT_REQUESTS", "2"),
+        ("REQUEST_TIMEOUT_MS", "4000"),
+        ("METRICS_ADDR", "127.0.0.1:0"),
+    ]);
     let alice = Owner::new();
     relay.push(&alice, &[alice.event("a", 1)]).await;
-    let _a = stalled_push(&relay, &alice, 100).await;
-    let _b = stalled_push(&relay, &alice, 100).await;
-    wait_until(async || relay.get("/health", None).await.status == 503).await;
+    let _a = stalled_push(&relay, &alice, 100, 1).await;
+    let _b = stalled_push(&relay, &alice, 100, 2).await;
+    assert_overloaded(&relay.get("/health", None).await);
     assert_overloaded(&relay.pull(&alice, "", None).await);
     assert_overloaded(&relay.push(&alice, &[alice.event("b", 2)]).await);
     // The stalled requests time out (408) and free their places.
     wait_until(async || relay.get("/health", None).await.status == 200).await;
     assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200);
-    let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
-    assert!(metrics.contains("simplysync_rejections_total{reason=\"overloaded\"}"), "{metrics}");
+    let metrics = format!("{}/metrics", relay.metrics_url.as_deref().unwrap());
+    let metrics = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
+    assert!(metrics.contains("simplysync_rejections_total{reason=\"overloaded\"} "), "{metrics}");
 }
 
 #[tokio::test]
@@ -134,16 +151,16 @@ async fn past_the_in_flight_byte_budget_bodies_get_503_while_reads_still_pass() 
         ("MAX_EVENT_BYTES", "16000"),
         ("MAX_IN_FLIGHT_BYTES", "30720"),
         ("REQUEST_TIMEOUT_MS", "4000"),
+        ("METRICS_ADDR", "127.0.0.1:0"),
     ]);
     let alice = Owner::new();
-    relay.push(&alice, &[alice.event("a", 1)]).await;
-    let _held = stalled_push(&relay, &alice, 20_000).await;
+    let first = relay.push(&alice, &[alice.event("a", 1)]).await;
+    assert_eq!(first.status, 200, "{}", String::from_utf8_lossy(&first.bytes));
+    let _held = stalled_push(&relay, &alice, 20_000, 1).await;
     let body = json!({"ownerId": alice.owner_id(), "events": [alice.event_sized("b", 2, 9000)]}).to_string();
     assert!(body.len() > 10_240 && body.len() < 16_000, "{}", body.len());
-    wait_until(async || {
-        relay.post_json("/v1/events", Some(alice.token()), serde_json::from_str(&body).unwrap()).await.status == 503
-    })
-    .await;
+    let r = relay.post_json("/v1/events", Some(alice.token()), serde_json::from_str(&body).unwrap()).await;
+    assert_overloaded(&r);
     // A read declares no body: it still passes.
     assert_eq!(relay.pull(&alice, "", None).await.status, 200);
     // The stalled body times out; the same push then goes through.
