@@ -19,7 +19,7 @@ stage "clippy (native)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 stage "clippy (wasm32-unknown-unknown)"
-cargo clippy -p simplysync --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
+cargo clippy -p simplysync -p simplysync-protocol --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
 stage "native tests"
 cargo test --workspace --locked

@@ -12,7 +12,7 @@
 //! - `web` — the only wasm-bindgen edge (wasm32 only).
 
 pub mod engine;
-pub mod protocol;
+pub use simplysync_protocol as protocol;
 pub mod store;
 
 #[cfg(not(target_arch = "wasm32"))]

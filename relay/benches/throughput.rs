@@ -13,8 +13,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use serde_json::json;
-use simplysync::protocol::entropy::OsEntropy;
-use simplysync::protocol::{create_recovery_key, encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
+use simplysync_protocol::entropy::OsEntropy;
+use simplysync_protocol::{create_recovery_key, encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
 
 const BATCH: usize = 1000;
 

@@ -2,7 +2,7 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use simplysync::protocol::time::iso8601_from_ms;
+use simplysync_protocol::time::iso8601_from_ms;
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> u64 {

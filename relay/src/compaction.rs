@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use simplysync::protocol::time::iso8601_ms;
+use simplysync_protocol::time::iso8601_ms;
 
 use crate::clock::{now_iso, now_ms};
 use crate::metrics::Metrics;

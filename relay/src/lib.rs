@@ -1,7 +1,7 @@
 //! The SimplySync relay: a small HTTP server that parks each owner's encrypted event log and
 //! blob chunks and serves them back in order. It never sees plaintext, keys, table names or
 //! row values — only envelopes, whose wire types it shares with the engine
-//! (`simplysync::protocol::wire`).
+//! (`simplysync_protocol::wire`).
 //!
 //! Layout: [`config`] (environment) → [`store`] (the storage trait and its SQLite backend) →
 //! [`http`] (one router per area, admission control) → [`net`] (connections) → [`serve`]

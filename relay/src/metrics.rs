@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 
-use simplysync::protocol::time::iso8601_ms;
+use simplysync_protocol::time::iso8601_ms;
 
 use crate::store::{CompactionReport, PushOutcome, RelayStats};
 

@@ -254,7 +254,7 @@ async fn with_registration_closed_only_known_owners_may_push() {
     relay.restart();
     relay.push(&bob, &[bob.event("a", 1)]).await.assert_error(403, "registration_closed");
     let bytes = b"a chunk".to_vec();
-    let hash = simplysync::protocol::identity::sha256_base64url(&bytes);
+    let hash = simplysync_protocol::identity::sha256_base64url(&bytes);
     relay.put_blob(&bob, &hash, bytes).await.assert_error(403, "registration_closed");
     assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200);
     relay.pull(&bob, "", None).await.assert_error(404, "unknown_owner");

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::{Owner, Relay};
-use simplysync::protocol::SyncEnvelope;
+use simplysync_protocol::SyncEnvelope;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn eight_writers_and_a_paginating_reader_see_every_accepted_event_exactly_once_in_cursor_order() {

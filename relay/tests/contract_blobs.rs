@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::{Owner, Relay};
 use reqwest::Method;
 use serde_json::json;
-use simplysync::protocol::identity::sha256_base64url;
+use simplysync_protocol::identity::sha256_base64url;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn chunk(fill: u8, len: usize) -> (String, Vec<u8>) {

@@ -4,7 +4,7 @@ mod common;
 
 use common::{Owner, Relay};
 use serde_json::json;
-use simplysync::protocol::{decrypt_envelope, SyncEnvelope};
+use simplysync_protocol::{decrypt_envelope, SyncEnvelope};
 
 #[tokio::test]
 async fn a_first_push_registers_the_owner_and_counts_accepted_events() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 use common::{Owner, Relay};
 use reqwest::Method;
 use serde_json::json;
-use simplysync::protocol::SyncEnvelope;
+use simplysync_protocol::SyncEnvelope;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const ADMIN: &[(&str, &str)] = &[("ADMIN_TOKEN", "ops-secret")];

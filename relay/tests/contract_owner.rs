@@ -5,7 +5,7 @@ mod common;
 use common::{Owner, Relay};
 use reqwest::Method;
 use serde_json::json;
-use simplysync::protocol::identity::sha256_base64url;
+use simplysync_protocol::identity::sha256_base64url;
 
 fn stream(o: &Owner, row: &str) -> String {
     o.id.stream_id("todos", row)

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::{Owner, Relay};
 use serde_json::json;
-use simplysync::protocol::SyncEnvelope;
+use simplysync_protocol::SyncEnvelope;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kill_9_during_concurrent_pushes_loses_no_acknowledged_event_and_seq_continues_upward() {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use common::{Owner, Relay, Resp, TempDir};
 use serde_json::Value;
-use simplysync::protocol::SyncEnvelope;
+use simplysync_protocol::SyncEnvelope;
 use tokio::io::AsyncWriteExt;
 
 async fn metrics(relay: &Relay) -> String {

@@ -11,8 +11,8 @@ use std::time::Duration;
 use common::{client, send, Owner, Relay};
 use reqwest::Method;
 use serde_json::json;
-use simplysync::protocol::identity::sha256_base64url;
-use simplysync::protocol::SyncEnvelope;
+use simplysync_protocol::identity::sha256_base64url;
+use simplysync_protocol::SyncEnvelope;
 
 #[tokio::test]
 async fn metrics_behind_a_token_follow_prometheus_conventions() {

@@ -6,7 +6,7 @@ mod common;
 use std::sync::atomic::AtomicBool;
 
 use common::{Owner, TempDir};
-use simplysync::protocol::identity::relay_token_hash;
+use simplysync_protocol::identity::relay_token_hash;
 use simplysync_relay::store::sqlite::{Quotas, SqliteStore, StoreOptions};
 use simplysync_relay::store::{MayRegister, NewEvent, RelayStore};
 

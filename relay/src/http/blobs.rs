@@ -5,9 +5,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use simplysync::protocol::base64url;
-use simplysync::protocol::identity::{relay_token_hash, sha256_base64url};
-use simplysync::protocol::wire::BlobPutResponse;
+use simplysync_protocol::base64url;
+use simplysync_protocol::identity::{relay_token_hash, sha256_base64url};
+use simplysync_protocol::wire::BlobPutResponse;
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, owner_id, query, truncate};

@@ -3,7 +3,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use simplysync::protocol::wire::ErrorBody;
+use simplysync_protocol::wire::ErrorBody;
 
 use crate::store::StoreError;
 

@@ -4,10 +4,10 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
-use simplysync::protocol::envelope::{NONCE_LEN, TAG_LEN};
-use simplysync::protocol::identity::{is_stream_id, relay_token_hash};
-use simplysync::protocol::wire::{PushRequest, PushResponse};
-use simplysync::protocol::{base64url, SyncEnvelope};
+use simplysync_protocol::envelope::{NONCE_LEN, TAG_LEN};
+use simplysync_protocol::identity::{is_stream_id, relay_token_hash};
+use simplysync_protocol::wire::{PushRequest, PushResponse};
+use simplysync_protocol::{base64url, SyncEnvelope};
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};

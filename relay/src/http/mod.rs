@@ -24,7 +24,7 @@ use axum::middleware::{from_fn, from_fn_with_state};
 use axum::response::{IntoResponseParts, ResponseParts};
 use axum::routing::{get, post, put};
 use axum::Router;
-use simplysync::protocol::identity::sha256_base64url;
+use simplysync_protocol::identity::sha256_base64url;
 use tower_http::cors::{AllowHeaders, AllowMethods, Any, CorsLayer};
 
 pub use crate::clock::now_iso;

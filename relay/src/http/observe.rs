@@ -8,8 +8,8 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use simplysync::protocol::base64url;
-use simplysync::protocol::entropy::{random_bytes, OsEntropy};
+use simplysync_protocol::base64url;
+use simplysync_protocol::entropy::{random_bytes, OsEntropy};
 
 use super::error::ApiError;
 use super::{owner_tag, AppState, ClientIp, Owner, Peer, RequestDeadline};

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
-use simplysync::protocol::base64url;
+use simplysync_protocol::base64url;
 
 use super::error::ApiError;
 

@@ -3,8 +3,8 @@
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
-use simplysync::protocol::identity::relay_token_hash;
-use simplysync::protocol::wire::{HealthResponse, ServerInfo, StatusResponse, UsageResponse};
+use simplysync_protocol::identity::relay_token_hash;
+use simplysync_protocol::wire::{HealthResponse, ServerInfo, StatusResponse, UsageResponse};
 
 use super::error::ApiError;
 use super::request::{bearer, owner_id, query};

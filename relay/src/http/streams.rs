@@ -2,8 +2,8 @@
 
 use axum::extract::State;
 use axum::response::{IntoResponse, Response};
-use simplysync::protocol::identity::{is_stream_id, relay_token_hash};
-use simplysync::protocol::wire::{CloseRequest, CompactRequest};
+use simplysync_protocol::identity::{is_stream_id, relay_token_hash};
+use simplysync_protocol::wire::{CloseRequest, CompactRequest};
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, truncate};

@@ -12,7 +12,7 @@
 
 pub mod sqlite;
 
-use simplysync::protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
+use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 
 /// Why a store operation did not happen.
 #[derive(Debug, thiserror::Error)]

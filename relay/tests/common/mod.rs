@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
-use simplysync::protocol::entropy::OsEntropy;
-use simplysync::protocol::{encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
+use simplysync_protocol::entropy::OsEntropy;
+use simplysync_protocol::{encrypt_payload, EventMeta, Identity, Json, SyncEnvelope};
 
 static NEXT: AtomicU64 = AtomicU64::new(0);
 
@@ -211,7 +211,7 @@ pub struct Owner {
 
 impl Owner {
     pub fn new() -> Owner {
-        let key = simplysync::protocol::create_recovery_key(&mut OsEntropy).unwrap();
+        let key = simplysync_protocol::create_recovery_key(&mut OsEntropy).unwrap();
         Owner { id: Arc::new(Identity::from_secret(&key).unwrap()), device: "devA".into() }
     }
 

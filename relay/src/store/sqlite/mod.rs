@@ -22,9 +22,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use simplysync::protocol::base64url;
-use simplysync::protocol::entropy::{random_bytes, OsEntropy};
-use simplysync::protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
+use simplysync_protocol::base64url;
+use simplysync_protocol::entropy::{random_bytes, OsEntropy};
+use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 
 pub use owners::Registration;
 use owners::{apply, check_quota, existing_owner, owner_or_register, owner_row, Delta};

@@ -249,7 +249,7 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::canonical::to_canonical_json;
+    use crate::canonical::to_canonical_json;
 
     #[test]
     fn parses_and_recanonicalizes() {

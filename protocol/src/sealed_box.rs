@@ -43,7 +43,7 @@ pub fn open_value(identity: &Identity, aad: &str, text: &str) -> Result<Vec<u8>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::entropy::OsEntropy;
+    use crate::entropy::OsEntropy;
 
     fn identity(byte: u8) -> Identity {
         Identity::from_recovery_key_bytes(&[byte; 32])

@@ -5,7 +5,7 @@
 //!   value that came from JS survives the trip through Rust unchanged;
 //! - numbers are IEEE-754 doubles, like JS numbers, and always finite;
 //! - object keys are unique and kept in **UTF-16 code-unit order**, the order canonical JSON
-//!   writes them in (see [`crate::protocol::canonical`]).
+//!   writes them in (see [`crate::canonical`]).
 //!
 //! This module does no I/O and no allocation beyond the values themselves.
 
@@ -212,7 +212,7 @@ pub const MAX_SAFE_INTEGER: i64 = (1 << 53) - 1;
 
 impl fmt::Debug for JsonNumber {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::protocol::canonical::format_number(self.0))
+        f.write_str(&crate::canonical::format_number(self.0))
     }
 }
 
@@ -332,7 +332,7 @@ impl Json {
 
 impl fmt::Debug for Json {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&crate::protocol::canonical::to_canonical_json(self))
+        f.write_str(&crate::canonical::to_canonical_json(self))
     }
 }
 
