@@ -148,10 +148,10 @@ impl From<StoreError> for ApiError {
                 ApiError::RateLimited { message: r.to_string(), retry_after: 60 }
             }
             StoreError::RegistrationRefused(r) => ApiError::RegistrationClosed(r.to_string()),
-            e @ StoreError::Full(_) => ApiError::StorageFull(e.to_string()),
+            e @ StoreError::StorageFull(_) => ApiError::StorageFull(e.to_string()),
             e @ StoreError::Busy(_) => ApiError::Busy(e.to_string()),
             StoreError::DeadlinePassed => ApiError::Timeout(0),
-            StoreError::Database(e) => ApiError::Internal(e.to_string()),
+            StoreError::Backend(e) => ApiError::Internal(e.to_string()),
             StoreError::Setup(e) => ApiError::Internal(e),
         }
     }

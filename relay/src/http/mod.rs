@@ -118,7 +118,7 @@ where
         match &e {
             StoreError::OwnerQuota { .. } => st.metrics.record_quota_rejection("owner"),
             StoreError::TotalQuota { .. } => st.metrics.record_quota_rejection("total"),
-            StoreError::Full(_) | StoreError::Busy(_) | StoreError::Database(_) | StoreError::Setup(_) => {
+            StoreError::StorageFull(_) | StoreError::Busy(_) | StoreError::Backend(_) | StoreError::Setup(_) => {
                 st.metrics.record_db_error(e.kind())
             }
             StoreError::RegistrationRefused(_) => st.metrics.record_rejection("registration"),

@@ -51,39 +51,28 @@ pub enum StoreError {
     RegistrationRefused(Refusal),
     /// The database (or its disk) is full; nothing was stored. Reads still work.
     #[error("the relay's storage is full ({0}); nothing was stored")]
-    Full(String),
+    StorageFull(String),
     /// The database is busy (locked by another process); try again shortly.
     #[error("the relay's database is busy ({0}); try again")]
     Busy(String),
     /// The request's deadline passed before its write could start: nothing was done.
     #[error("the request's deadline passed before the write started; nothing was stored")]
     DeadlinePassed,
-    /// The database failed.
+    /// The database failed (the backend's own message; logged, never sent to clients).
     #[error("database error: {0}")]
-    Database(rusqlite::Error),
+    Backend(String),
     /// The store could not be set up (directory, randomness).
     #[error("{0}")]
     Setup(String),
-}
-
-impl From<rusqlite::Error> for StoreError {
-    fn from(e: rusqlite::Error) -> Self {
-        use rusqlite::ErrorCode;
-        match e.sqlite_error_code() {
-            Some(ErrorCode::DiskFull) => StoreError::Full(e.to_string()),
-            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy(e.to_string()),
-            _ => StoreError::Database(e),
-        }
-    }
 }
 
 impl StoreError {
     /// A short name of the kind, for metrics (`simplysync_db_errors_total{kind}`).
     pub fn kind(&self) -> &'static str {
         match self {
-            StoreError::Full(_) => "full",
+            StoreError::StorageFull(_) => "full",
             StoreError::Busy(_) => "busy",
-            StoreError::Database(_) => "other",
+            StoreError::Backend(_) => "other",
             StoreError::Setup(_) => "setup",
             _ => "none",
         }

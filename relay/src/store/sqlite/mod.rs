@@ -8,7 +8,7 @@
 //!
 //! Counters (per owner: bytes, events, streams; per relay: bytes, events, blobs, owners) are
 //! kept by every write in its own transaction, so no request ever counts rows. A full disk (or
-//! `MAX_DB_BYTES`) answers [`StoreError::Full`] and a locked database [`StoreError::Busy`];
+//! `MAX_DB_BYTES`) answers [`StoreError::StorageFull`] and a locked database [`StoreError::Busy`];
 //! reads go on, and writes resume once space returns.
 
 mod compact;
@@ -36,6 +36,17 @@ use super::{
 };
 
 const READER_POOL: usize = 8;
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode;
+        match e.sqlite_error_code() {
+            Some(ErrorCode::DiskFull) => StoreError::StorageFull(e.to_string()),
+            Some(ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) => StoreError::Busy(e.to_string()),
+            _ => StoreError::Backend(e.to_string()),
+        }
+    }
+}
 
 /// Quotas the store enforces inside its transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
