@@ -32,12 +32,14 @@ command -v rustup >/dev/null || die "rustup not found"
 SUDO=""
 [ "$(id -u)" = 0 ] || SUDO="sudo"
 
-step "apt: chromium, chromium-driver, clang, llvm, firefox-esr, WebKitGTK's WebDriver stack"
+step "apt: chromium, chromium-driver, clang, llvm, firefox-esr, WebKitGTK's WebDriver stack, PostgreSQL"
 need_apt=""
 # firefox-esr: the Rust browser suite and the packed-package tests in Firefox (via geckodriver).
 # webkit2gtk-driver + xvfb + python3-gi + gir1.2-webkit2-4.1: WebKitWebDriver driving our small
 # WebKitGTK test browser (tests/browser-js/webkit/browser.py) on an Xvfb display.
-for p in chromium chromium-driver clang llvm firefox-esr webkit2gtk-driver xvfb python3-gi gir1.2-webkit2-4.1; do
+# postgresql + postgresql-client: the relay's PostgreSQL backend, tested on throwaway servers
+# (scripts/pg-throwaway.sh; Debian's package also starts a system cluster, which tests never use).
+for p in chromium chromium-driver clang llvm firefox-esr webkit2gtk-driver xvfb python3-gi gir1.2-webkit2-4.1 postgresql postgresql-client; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
 done
 if [ -n "$need_apt" ]; then
@@ -53,6 +55,7 @@ else
 fi
 [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die "chromium/chromedriver missing after install"
 [ -x /usr/bin/firefox-esr ] && [ -x /usr/bin/WebKitWebDriver ] && command -v Xvfb >/dev/null || die "firefox-esr/WebKitWebDriver/Xvfb missing after install"
+ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && command -v psql >/dev/null || die "PostgreSQL server or psql missing after install"
 if dpkg -s binaryen >/dev/null 2>&1; then
   echo "WARNING: Debian's binaryen (wasm-opt 108) is installed; it corrupts wasm-bindgen output."
   echo "         This project never lets wasm-pack run wasm-opt and uses $TOOLS's wasm-opt instead."
@@ -112,4 +115,5 @@ echo "firefox:      $(/usr/bin/firefox-esr --version 2>/dev/null | head -1)"
 echo "geckodriver:  $("$BIN_DIR/geckodriver" --version | head -1)"
 echo "clang:        $(clang --version | sed -n 1p)"
 echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
+echo "postgresql:   $(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1 | xargs -I{} {}/postgres --version)"
 echo "setup.sh: OK in $((SECONDS - t0)) s"

@@ -21,8 +21,24 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 stage "clippy (wasm32-unknown-unknown)"
 cargo clippy -p simplysync -p simplysync-protocol --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
-stage "native tests"
+stage "native tests (the relay on SQLite; its PostgreSQL tests on a throwaway server)"
+pg_dir="$(mktemp -d)"
+chmod 755 "$pg_dir"
+SIMPLYSYNC_TEST_PG="$(bash scripts/pg-throwaway.sh start "$pg_dir/pg")"
+export SIMPLYSYNC_TEST_PG
+trap 'bash scripts/pg-throwaway.sh stop "$pg_dir/pg"; rm -rf "$pg_dir"' EXIT
 cargo test --workspace --locked
+
+# The relay's backend-neutral suites again: one PostgreSQL-backed process, then three
+# processes on one database with requests spread round-robin over them. (The metrics test
+# counts one process's requests, so it runs with one process only.)
+relay_suites=(--test contract_events --test contract_blobs --test contract_owner --test contract_ops
+  --test concurrency --test crash --test robustness --test admission)
+stage "relay contract suites on PostgreSQL (one process)"
+SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay "${relay_suites[@]}"
+stage "relay contract suites on PostgreSQL (three processes, round-robin)"
+SIMPLYSYNC_TEST_BACKEND=postgres3 cargo test --locked -p simplysync-relay "${relay_suites[@]:0:14}" \
+  -- --skip metrics_count_requests
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
 # The browser tests sync through a real relay on a free port (no fixed port shared between
@@ -41,7 +57,7 @@ while True:
     held.append(s.accept()[0])
 ' >"$relay_dir/stalled.port" &
 stalled_pid=$!
-trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"' EXIT
+trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"; bash scripts/pg-throwaway.sh stop "$pg_dir/pg"; rm -rf "$pg_dir"' EXIT
 for _ in $(seq 1 100); do
   grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && [ -s "$relay_dir/stalled.port" ] && break
   kill -0 "$relay_pid" 2>/dev/null || { cat "$relay_dir/err.log"; echo "the test relay failed to start"; exit 1; }

@@ -65,9 +65,16 @@ pub async fn schedule(store: Arc<dyn RelayStore>, metrics: Arc<Metrics>, interva
         if cancel.load(std::sync::atomic::Ordering::Relaxed) {
             return;
         }
-        if let Err(e) = run_once(&store, &metrics, &cancel).await {
-            tracing::error!(error = %e, "scheduled compaction failed; will retry next interval");
-            tokio::time::sleep(Duration::from_millis(interval_ms.min(60_000))).await;
+        match run_once(&store, &metrics, &cancel).await {
+            // Done: the next pass is due one interval after the time it recorded.
+            Ok(report) if report.complete => {}
+            // Stopped by a shutdown, or another relay process holds the compaction lock: look
+            // again later rather than at once.
+            Ok(_) => tokio::time::sleep(Duration::from_millis(interval_ms.min(60_000))).await,
+            Err(e) => {
+                tracing::error!(error = %e, "scheduled compaction failed; will retry next interval");
+                tokio::time::sleep(Duration::from_millis(interval_ms.min(60_000))).await;
+            }
         }
     }
 }

@@ -9,6 +9,12 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("HOST", "127.0.0.1", "address to listen on"),
     ("PORT", "8787", "port to listen on (0 picks a free port; the chosen one is printed)"),
     ("DB_PATH", "./data/relay.sqlite", "SQLite database file (created with its directory)"),
+    (
+        "DATABASE_URL",
+        "(unset)",
+        "postgres://user:password@host:port/db — use PostgreSQL instead of SQLite (many processes may share it)",
+    ),
+    ("DATABASE_POOL_SIZE", "16", "PostgreSQL connections per relay process"),
     ("HWM_PATH", "<DB_PATH>.hwm", "the seq high-water mark file (keep it off the database's backups)"),
     ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size; writes beyond it get 507"),
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
@@ -144,6 +150,10 @@ pub struct Config {
     pub port: u16,
     /// Database file.
     pub db_path: PathBuf,
+    /// PostgreSQL instead of SQLite, if set (never logged: it may hold a password).
+    pub database_url: Option<DatabaseUrl>,
+    /// PostgreSQL connections per process.
+    pub database_pool_size: usize,
     /// The high-water mark file (None: beside the database).
     pub hwm_path: Option<PathBuf>,
     /// A hard cap of the database file's size.
@@ -170,6 +180,16 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     /// Log format.
     pub log_format: LogFormat,
+}
+
+/// A PostgreSQL URL; its `Debug` hides the password.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DatabaseUrl(pub String);
+
+impl std::fmt::Debug for DatabaseUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::store::postgres::redact(&self.0))
+    }
 }
 
 /// A setting that does not parse.
@@ -267,6 +287,18 @@ impl Config {
             host,
             port: num(&lookup, "PORT", 8787u16, 0)?,
             db_path: PathBuf::from(lookup("DB_PATH").unwrap_or_else(|| "./data/relay.sqlite".into())),
+            database_url: match lookup("DATABASE_URL").filter(|u| !u.trim().is_empty()) {
+                None => None,
+                Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => Some(DatabaseUrl(u)),
+                Some(u) => {
+                    return Err(ConfigError {
+                        name: "DATABASE_URL",
+                        value: crate::store::postgres::redact(&u),
+                        reason: "expected a postgres:// or postgresql:// URL".into(),
+                    })
+                }
+            },
+            database_pool_size: num(&lookup, "DATABASE_POOL_SIZE", 16usize, 1)?,
             hwm_path: lookup("HWM_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 65_536)?,
             limits,

@@ -64,11 +64,41 @@ pub fn store_options(config: &Config) -> StoreOptions {
     }
 }
 
-/// Opens the configured SQLite store.
-pub fn open_store(config: &Config) -> Result<Arc<SqliteStore>, RelayError> {
-    SqliteStore::open(&config.db_path, store_options(config), &clock::now_iso())
-        .map(Arc::new)
-        .map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })
+/// Where the configured store lives, for messages (a PostgreSQL URL without its password).
+pub fn store_location(config: &Config) -> String {
+    match &config.database_url {
+        Some(url) => store::postgres::redact(&url.0),
+        None => config.db_path.display().to_string(),
+    }
+}
+
+/// Opens the configured store: PostgreSQL when `DATABASE_URL` is set, else SQLite at
+/// `DB_PATH`. Call within the multi-threaded runtime that will serve.
+pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayError> {
+    let failed = |source| RelayError::Store { path: store_location(config), source };
+    match &config.database_url {
+        Some(url) => {
+            let options = store::postgres::PgOptions {
+                url: url.0.clone(),
+                quotas: store_options(config).quotas,
+                registration: store_options(config).registration,
+                request_timeout_ms: config.request_timeout_ms,
+                pool_size: config.database_pool_size,
+            };
+            let fresh = store::new_epoch().map_err(failed)?;
+            let pg = store::postgres::PgStore::open(options, &fresh, &clock::now_iso()).await.map_err(failed)?;
+            Ok(Arc::new(pg))
+        }
+        None => {
+            let config = config.clone();
+            let opened = tokio::task::spawn_blocking(move || {
+                SqliteStore::open(&config.db_path, store_options(&config), &clock::now_iso())
+            })
+            .await
+            .map_err(|e| RelayError::Io(std::io::Error::other(e.to_string())))?;
+            Ok(Arc::new(opened.map_err(failed)?))
+        }
+    }
 }
 
 /// The application state for a store and configuration.
@@ -120,7 +150,7 @@ pub async fn serve_on(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
-    let store = open_store(&config)?;
+    let store = open_store(&config).await?;
     let state = state(&config, store.clone());
     let addr = listener.local_addr()?;
     let compaction = (config.compaction_interval_ms > 0).then(|| {
@@ -131,7 +161,7 @@ pub async fn serve_on(
             state.cancel.clone(),
         ))
     });
-    tracing::info!(%addr, db = %config.db_path.display(), epoch = store.epoch(), "relay started");
+    tracing::info!(%addr, db = %store_location(&config), epoch = store.epoch(), "relay started");
     let rules = net::ConnectionRules {
         max_connections: config.admission.max_connections,
         header_timeout: Duration::from_millis(config.admission.header_timeout_ms),
@@ -167,8 +197,10 @@ pub async fn serve_on(
     let checkpoint = tokio::task::spawn_blocking(move || s.checkpoint())
         .await
         .map_err(|e| RelayError::Io(std::io::Error::other(e.to_string())))?
-        .map_err(|source| RelayError::Store { path: config.db_path.display().to_string(), source })?;
-    if checkpoint.busy || checkpoint.checkpointed_frames < checkpoint.log_frames {
+        .map_err(|source| RelayError::Store { path: store_location(&config), source })?;
+    if config.database_url.is_some() {
+        tracing::info!(drained, "relay stopped");
+    } else if checkpoint.busy || checkpoint.checkpointed_frames < checkpoint.log_frames {
         tracing::warn!(
             busy = checkpoint.busy,
             log_frames = checkpoint.log_frames,

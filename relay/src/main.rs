@@ -4,7 +4,6 @@ use std::process::ExitCode;
 
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use simplysync_relay::config::{Config, LogFormat, SETTINGS};
-use simplysync_relay::store::RelayStore;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser)]
@@ -87,16 +86,21 @@ fn main() -> ExitCode {
         match cli.command.unwrap_or(Command::Serve) {
             Command::Serve => simplysync_relay::serve(config, shutdown_signal()).await,
             Command::Compact => {
-                let store = simplysync_relay::open_store(&config)?;
+                let store = simplysync_relay::open_store(&config).await?;
                 let now = simplysync_relay::clock::now_iso();
                 let never = std::sync::atomic::AtomicBool::new(false);
                 let report = tokio::task::spawn_blocking(move || store.compact_all(&now, &never))
                     .await
                     .map_err(|e| std::io::Error::other(e.to_string()))?
                     .map_err(|source| simplysync_relay::RelayError::Store {
-                        path: config.db_path.display().to_string(),
+                        path: simplysync_relay::store_location(&config),
                         source,
                     })?;
+                if !report.complete {
+                    return Err(simplysync_relay::RelayError::Io(std::io::Error::other(
+                        "compaction did not run: another relay process is compacting this database",
+                    )));
+                }
                 println!(
                     "{}",
                     serde_json::json!({
@@ -109,12 +113,18 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::RotateEpoch => {
-                let (old, new) =
-                    simplysync_relay::store::sqlite::rotate_epoch(&config.db_path, config.hwm_path.as_deref())
-                        .map_err(|source| simplysync_relay::RelayError::Store {
-                            path: config.db_path.display().to_string(),
-                            source,
-                        })?;
+                let failed = |source| simplysync_relay::RelayError::Store {
+                    path: simplysync_relay::store_location(&config),
+                    source,
+                };
+                let (old, new) = match &config.database_url {
+                    Some(url) => {
+                        let fresh = simplysync_relay::store::new_epoch().map_err(failed)?;
+                        simplysync_relay::store::postgres::rotate_epoch(&url.0, &fresh).await.map_err(failed)?
+                    }
+                    None => simplysync_relay::store::sqlite::rotate_epoch(&config.db_path, config.hwm_path.as_deref())
+                        .map_err(failed)?,
+                };
                 println!("{}", serde_json::json!({ "previousEpoch": old, "epoch": new }));
                 Ok(())
             }

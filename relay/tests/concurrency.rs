@@ -1,5 +1,6 @@
-//! Concurrency: pagination stays skip-proof under many writers, and trust-on-first-use admits
-//! exactly one token when first pushes race.
+//! Concurrency: pagination stays skip-proof under many writers, trust-on-first-use admits
+//! exactly one token when first pushes race, and the owner quota holds under concurrent pushes
+//! — with three relay processes on one PostgreSQL database too (requests spread over them).
 
 mod common;
 
@@ -7,7 +8,9 @@ use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{Owner, Relay};
+use common::{send, Owner, Relay};
+use reqwest::Method;
+use serde_json::json;
 use simplysync_protocol::SyncEnvelope;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -106,4 +109,41 @@ async fn concurrent_first_pushes_with_different_tokens_register_exactly_one() {
     let url = format!("/v1/status?ownerId={}", alice.owner_id());
     let status = relay.get(&url, Some(&winners[0].0)).await.json();
     assert_eq!(status["account"]["events"], 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pushes_never_take_an_owner_past_the_quota() {
+    let relay = Relay::start(&[("MAX_OWNER_BYTES", "40000")]);
+    let alice = Owner::new();
+    let tasks: Vec<_> = (0..16u64)
+        .map(|t| {
+            let (url, alice) = (relay.url.clone(), alice.clone());
+            tokio::spawn(async move {
+                let events: Vec<SyncEnvelope> =
+                    (0..5).map(|i| alice.event_sized(&format!("t{t}-{i}"), t * 10 + i, 500)).collect();
+                let bytes: u64 = events.iter().map(|e| serde_json::to_string(e).unwrap().len() as u64).sum();
+                let body = json!({"ownerId": alice.owner_id(), "events": events}).to_string().into_bytes();
+                let r = send(Method::POST, &format!("{url}/v1/events"), Some(alice.token()), Some(body)).await;
+                (r, bytes)
+            })
+        })
+        .collect();
+    let (mut accepted_bytes, mut refused) = (0u64, 0u64);
+    for t in tasks {
+        let (r, bytes) = t.await.unwrap();
+        match r.status.as_u16() {
+            200 => accepted_bytes += bytes,
+            _ => {
+                r.assert_error(413, "quota_exceeded");
+                refused += 1;
+            }
+        }
+    }
+    assert!(refused > 0, "16 pushes of ~5 KB each exceed a 40 KB quota");
+    let used = relay.status_of(&alice).await.json()["account"]["usedBytes"].as_u64().unwrap();
+    assert!(used <= 40_000, "{used}");
+    assert_eq!(used, accepted_bytes, "exactly the accepted pushes are charged");
+    let account = relay.status_of(&alice).await.json()["account"].clone();
+    assert_eq!(account["events"].as_u64().unwrap(), (16 - refused) * 5, "{account}");
+    assert_eq!(relay.pull_all(&alice).await.0.len() as u64, (16 - refused) * 5);
 }

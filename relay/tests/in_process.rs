@@ -11,10 +11,10 @@ use serde_json::{json, Value};
 use simplysync_relay::config::Config;
 use tower::ServiceExt;
 
-fn router(dir: &TempDir) -> axum::Router {
+async fn router(dir: &TempDir) -> axum::Router {
     let db = dir.0.join("r.sqlite");
     let config = Config::from_lookup(|k| (k == "DB_PATH").then(|| db.display().to_string())).unwrap();
-    let store = simplysync_relay::open_store(&config).unwrap();
+    let store = simplysync_relay::open_store(&config).await.unwrap();
     simplysync_relay::app(simplysync_relay::state(&config, store))
 }
 
@@ -28,7 +28,7 @@ async fn call(app: &axum::Router, req: Request<Body>) -> (StatusCode, Value) {
 #[tokio::test]
 async fn a_push_then_a_pull_round_trips_in_process() {
     let dir = TempDir::new("inproc");
-    let app = router(&dir);
+    let app = router(&dir).await;
     let alice = Owner::new();
     let e = alice.event("a", 1);
     let push = Request::post("/v1/events")
@@ -50,7 +50,7 @@ async fn a_push_then_a_pull_round_trips_in_process() {
 #[tokio::test]
 async fn errors_are_json_with_a_code_and_a_message_in_process() {
     let dir = TempDir::new("inproc-err");
-    let app = router(&dir);
+    let app = router(&dir).await;
     let (status, v) =
         call(&app, Request::get("/v1/usage?ownerId=AAAAAAAAAAAAAAAAAAAAAA").body(Body::empty()).unwrap()).await;
     assert_eq!(status, StatusCode::UNAUTHORIZED);

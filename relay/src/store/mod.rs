@@ -1,5 +1,5 @@
-//! The relay's storage, behind one small trait so another backend (PostgreSQL, for many relay
-//! processes) can replace SQLite without touching the HTTP layer.
+//! The relay's storage, behind one small trait with two backends: SQLite (embedded, one
+//! process; the default) and PostgreSQL (`DATABASE_URL`, any number of relay processes).
 //!
 //! The trait is blocking: handlers call it on tokio's blocking pool. Every method that takes a
 //! `token_hash` authenticates inside the same transaction that acts, so trust-on-first-use
@@ -10,6 +10,7 @@
 //! inside its single serialized write transaction; another backend must provide the same
 //! guarantee (e.g. by serializing seq assignment with commit).
 
+pub mod postgres;
 pub mod sqlite;
 
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
@@ -64,6 +65,13 @@ pub enum StoreError {
     /// The store could not be set up (directory, randomness).
     #[error("{0}")]
     Setup(String),
+}
+
+/// A new random epoch id (base64url of 16 bytes).
+pub fn new_epoch() -> Result<String, StoreError> {
+    use simplysync_protocol::entropy::{random_bytes, OsEntropy};
+    let bytes = random_bytes::<16>(&mut OsEntropy).map_err(|e| StoreError::Setup(e.to_string()))?;
+    Ok(simplysync_protocol::base64url::encode(&bytes))
 }
 
 impl StoreError {

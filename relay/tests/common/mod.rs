@@ -1,5 +1,11 @@
 //! Test harness: the real `simplysync-relay` binary on a free loopback port, with its own
-//! database in a temporary directory, driven over real HTTP; and real sealed envelopes.
+//! database, driven over real HTTP; and real sealed envelopes.
+//!
+//! `SIMPLYSYNC_TEST_BACKEND` picks the store: `sqlite` (default; a file in a temporary
+//! directory), `postgres` (a fresh database per relay on the server at `SIMPLYSYNC_TEST_PG`),
+//! or `postgres3` (three relay processes on one fresh database, behind a proxy that sends each
+//! connection to the next process in turn; the client opens a connection per request, so
+//! requests are spread round-robin).
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -35,7 +41,61 @@ impl Drop for TempDir {
     }
 }
 
-/// A running relay process.
+/// Which store the relays under test use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+    Postgres3,
+}
+
+pub fn backend() -> Backend {
+    match std::env::var("SIMPLYSYNC_TEST_BACKEND").as_deref() {
+        Ok("postgres") => Backend::Postgres,
+        Ok("postgres3") => Backend::Postgres3,
+        Ok("sqlite") | Err(_) => Backend::Sqlite,
+        Ok(other) => panic!("SIMPLYSYNC_TEST_BACKEND={other}: expected sqlite, postgres or postgres3"),
+    }
+}
+
+/// A fresh PostgreSQL database on the test server; returns its URL.
+pub fn fresh_pg_database() -> String {
+    let admin = std::env::var("SIMPLYSYNC_TEST_PG").expect("SIMPLYSYNC_TEST_PG: the test PostgreSQL server's URL");
+    let name = format!("relay_{}_{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    let out = Command::new("psql")
+        .arg(&admin)
+        .args(["-v", "ON_ERROR_STOP=1", "-q", "-c", &format!("CREATE DATABASE {name}")])
+        .output()
+        .expect("psql runs");
+    assert!(out.status.success(), "CREATE DATABASE: {}", String::from_utf8_lossy(&out.stderr));
+    let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
+    format!("{base}/{name}")
+}
+
+/// Accepts on a loopback port and hands each connection to the next of `backends`.
+fn round_robin_proxy(backends: Vec<String>) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for (i, inbound) in listener.incoming().enumerate() {
+            let Ok(inbound) = inbound else { continue };
+            let Ok(outbound) = std::net::TcpStream::connect(&backends[i % backends.len()]) else { continue };
+            let (mut a, mut b) = (inbound.try_clone().unwrap(), outbound.try_clone().unwrap());
+            let (mut c, mut d) = (inbound, outbound);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut a, &mut b);
+                let _ = b.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut d, &mut c);
+                let _ = c.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    format!("http://{addr}")
+}
+
+/// A running relay (one process, or three on one PostgreSQL database).
 pub struct Relay {
     pub url: String,
     /// The metrics listener's URL, when `METRICS_ADDR` is set.
@@ -43,6 +103,9 @@ pub struct Relay {
     pub db: PathBuf,
     env: Vec<(String, String)>,
     child: Option<Child>,
+    /// The second and third process (`postgres3`).
+    others: Vec<Child>,
+    backend: Backend,
     pub log: Arc<Mutex<String>>,
     dir: Arc<TempDir>,
 }
@@ -61,8 +124,13 @@ pub const SMALL_LIMITS: &[(&str, &str)] = &[
 ];
 
 impl Relay {
-    /// Starts a relay with [`SMALL_LIMITS`] plus `extra` settings.
+    /// Starts a relay with [`SMALL_LIMITS`] plus `extra` settings, on the backend under test.
     pub fn start(extra: &[(&str, &str)]) -> Relay {
+        Relay::start_on(backend(), extra)
+    }
+
+    /// Starts a relay on a given backend.
+    pub fn start_on(backend: Backend, extra: &[(&str, &str)]) -> Relay {
         let dir = Arc::new(TempDir::new("db"));
         let mut env: Vec<(String, String)> = SMALL_LIMITS.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         for (k, v) in extra {
@@ -70,16 +138,61 @@ impl Relay {
             env.push((k.to_string(), v.to_string()));
         }
         let db = dir.0.join("relay.sqlite");
-        let mut relay =
-            Relay { url: String::new(), metrics_url: None, db, env, child: None, log: Default::default(), dir };
-        relay.spawn();
+        if backend != Backend::Sqlite && !env.iter().any(|(k, _)| k == "DATABASE_URL") {
+            env.push(("DATABASE_URL".into(), fresh_pg_database()));
+        }
+        let mut relay = Relay {
+            url: String::new(),
+            metrics_url: None,
+            db,
+            env,
+            child: None,
+            others: Vec::new(),
+            backend,
+            log: Default::default(),
+            dir,
+        };
+        relay.spawn_all();
         relay
+    }
+
+    fn spawn_all(&mut self) {
+        if self.backend != Backend::Postgres3 {
+            self.spawn();
+            return;
+        }
+        let mut urls = Vec::new();
+        for _ in 0..3 {
+            self.spawn();
+            urls.push(self.url.trim_start_matches("http://").to_owned());
+            self.others.extend(self.child.take());
+        }
+        self.child = Some(self.others.remove(0));
+        self.url = round_robin_proxy(urls);
     }
 
     /// Changes (or adds) a setting for the next [`Relay::restart`].
     pub fn set_env(&mut self, key: &str, value: &str) {
         self.env.retain(|(k, _)| k != key);
         self.env.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// Runs `simplysync-relay ARGS` with this relay's settings (its database included); returns
+    /// the parsed JSON it prints.
+    pub fn command(&self, args: &[&str]) -> Value {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"));
+        cmd.args(args).env("DB_PATH", &self.db);
+        for (k, v) in &self.env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// The PostgreSQL database URL, when the relay uses one.
+    pub fn database_url(&self) -> Option<&str> {
+        self.env.iter().find(|(k, _)| k == "DATABASE_URL").map(|(_, v)| v.as_str())
     }
 
     /// The relay process's id.
@@ -156,21 +269,29 @@ impl Relay {
 
     /// Stops with SIGKILL (no chance to clean up).
     pub fn kill9(&mut self) {
-        if let Some(mut c) = self.child.take() {
+        for mut c in self.child.take().into_iter().chain(self.others.drain(..)) {
             let _ = c.kill();
             let _ = c.wait();
         }
     }
 
-    /// Sends SIGTERM without waiting.
+    /// Sends SIGTERM without waiting (to every process).
     pub fn send_sigterm(&self) {
-        let pid = self.child.as_ref().expect("running").id();
-        assert!(Command::new("kill").arg("-TERM").arg(pid.to_string()).status().unwrap().success());
+        for c in self.child.iter().chain(self.others.iter()) {
+            assert!(Command::new("kill").arg("-TERM").arg(c.id().to_string()).status().unwrap().success());
+        }
     }
 
-    /// Waits (up to 10 s) for the process to exit.
+    /// Waits (up to 10 s) for every process to exit; returns the first one's status.
     pub fn wait_exit(&mut self) -> std::process::ExitStatus {
-        let mut c = self.child.take().expect("running");
+        let first = Self::wait_child(self.child.take().expect("running"));
+        for c in std::mem::take(&mut self.others) {
+            Self::wait_child(c);
+        }
+        first
+    }
+
+    fn wait_child(mut c: Child) -> std::process::ExitStatus {
         for _ in 0..400 {
             if let Some(status) = c.try_wait().unwrap() {
                 return status;
@@ -188,7 +309,7 @@ impl Relay {
     /// Starts again on the same database.
     pub fn restart(&mut self) {
         self.kill9();
-        self.spawn();
+        self.spawn_all();
     }
 
     pub fn log_text(&self) -> String {
@@ -278,7 +399,10 @@ pub fn client() -> reqwest::Client {
     CLIENT
         .get_or_init(|| {
             let _ = rustls::crypto::ring::default_provider().install_default();
-            reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+            let builder = reqwest::Client::builder().timeout(Duration::from_secs(30));
+            // Three processes behind a per-connection round-robin: a connection per request.
+            let builder = if backend() == Backend::Postgres3 { builder.pool_max_idle_per_host(0) } else { builder };
+            builder.build().unwrap()
         })
         .clone()
 }
@@ -375,4 +499,18 @@ impl Relay {
     pub async fn status_of(&self, owner: &Owner) -> Resp {
         self.get(&format!("/v1/status?ownerId={}", owner.owner_id()), Some(owner.token())).await
     }
+}
+
+/// Row a: 3 versions, row b: 2, row c: 1 — pushed out of HLC order on purpose.
+pub async fn versions_of_three_rows(relay: &Relay, alice: &Owner) -> Vec<SyncEnvelope> {
+    let events = vec![
+        alice.event("a", 3),
+        alice.event("a", 1),
+        alice.event("b", 5),
+        alice.event("a", 2),
+        alice.event("b", 4),
+        alice.event("c", 6),
+    ];
+    relay.push(alice, &events).await;
+    events
 }

@@ -22,8 +22,6 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use simplysync_protocol::base64url;
-use simplysync_protocol::entropy::{random_bytes, OsEntropy};
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 
 pub use owners::Registration;
@@ -110,10 +108,6 @@ fn open_connection(path: &Path, busy_timeout_ms: u64) -> Result<Connection, Stor
     Ok(conn)
 }
 
-fn new_epoch() -> Result<String, StoreError> {
-    Ok(base64url::encode(&random_bytes::<16>(&mut OsEntropy).map_err(|e| StoreError::Setup(e.to_string()))?))
-}
-
 /// Starts a write transaction, refusing once `deadline` passed (checked again after the
 /// database's own write lock was taken, which may have waited for another process).
 fn begin(conn: &mut Connection, deadline: Deadline) -> Result<rusqlite::Transaction<'_>, StoreError> {
@@ -142,7 +136,7 @@ fn check_rollback(conn: &Connection, hwm_path: &Path, epoch: String) -> Result<S
     if mark_epoch != epoch || mark_seq <= seq {
         return Ok(epoch);
     }
-    let fresh = new_epoch()?;
+    let fresh = crate::store::new_epoch()?;
     set_meta(conn, "epoch", &fresh)?;
     tracing::warn!(
         database_seq = seq,
@@ -158,7 +152,7 @@ fn check_rollback(conn: &Connection, hwm_path: &Path, epoch: String) -> Result<S
 pub fn rotate_epoch(path: &Path, hwm_path: Option<&Path>) -> Result<(String, String), StoreError> {
     let conn = open_connection(path, 5000)?;
     let old: String = meta_get(&conn, "epoch")?.ok_or_else(|| StoreError::Setup("not a relay database".into()))?;
-    let fresh = new_epoch()?;
+    let fresh = crate::store::new_epoch()?;
     set_meta(&conn, "epoch", &fresh)?;
     let seq = meta_u64(&conn, "seq")?;
     let mark = hwm_path.map_or_else(|| default_hwm_path(path), Path::to_path_buf);
@@ -185,7 +179,7 @@ impl SqliteStore {
             Some(e) => e,
             None => {
                 // A new database: a new epoch, so clients can tell it from the one they knew.
-                let e = new_epoch()?;
+                let e = crate::store::new_epoch()?;
                 set_meta(&tx, "epoch", &e)?;
                 set_meta(&tx, "created_at", &now)?;
                 set_meta(&tx, "seq", &0i64)?;

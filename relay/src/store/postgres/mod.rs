@@ -1,0 +1,729 @@
+//! The PostgreSQL backend (`DATABASE_URL=postgres://…`): any number of relay processes share
+//! one database.
+//!
+//! - **Skip-proof pulls across processes.** A push locks its owner's row (`SELECT … FOR
+//!   UPDATE`) before it takes seqs from the `event_seq` sequence, and holds it until commit: an
+//!   owner's pushes run one after another, so its seqs commit in increasing order and a reader
+//!   that saw seq *n* never later sees a new seq below *n* for that owner. (Seqs of different
+//!   owners interleave freely; cursors are per owner.)
+//! - **Trust on first use** is `INSERT … ON CONFLICT DO NOTHING` on the owner's primary key,
+//!   then the same row lock: of racing first pushes through different processes exactly one
+//!   token registers; the others get 401.
+//! - **Quotas.** The owner quota is checked under the owner's row lock (exact under any
+//!   concurrency). `MAX_TOTAL_BYTES` is checked against a relay-wide sum each process re-reads
+//!   at most every [`TOTAL_REFRESH`] plus what it added since: an approximation that can
+//!   overshoot by what other processes store within that window.
+//! - **Timeouts.** Every connection runs with `statement_timeout` = the request timeout and
+//!   `lock_timeout` = half of it; a pool wait is bounded the same way. Locks and timeouts
+//!   answer `Busy` (503), a full disk `StorageFull` (507).
+//! - The trait is blocking (handlers call it on tokio's blocking pool); this backend drives the
+//!   async driver (tokio-postgres with a deadpool pool) on the runtime it was opened on.
+
+mod compact;
+mod schema;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
+use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
+use subtle::ConstantTimeEq;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::NoTls;
+
+use super::sqlite::{Quotas, Registration};
+use super::{
+    BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent, OwnerState,
+    PullPage, PushOutcome, Refusal, RelayStats, RelayStore, StoreError,
+};
+
+/// How stale the relay-wide byte total may be before a process re-reads it.
+pub const TOTAL_REFRESH: Duration = Duration::from_secs(5);
+
+/// Maps a driver error: full disk, lock and timeout conditions by their SQLSTATE.
+pub(super) fn pg_error(e: tokio_postgres::Error) -> StoreError {
+    let text = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
+    match e.code() {
+        Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::OUT_OF_MEMORY => StoreError::StorageFull(text),
+        Some(c)
+            if *c == SqlState::LOCK_NOT_AVAILABLE
+                || *c == SqlState::QUERY_CANCELED
+                || *c == SqlState::T_R_SERIALIZATION_FAILURE
+                || *c == SqlState::T_R_DEADLOCK_DETECTED
+                || *c == SqlState::TOO_MANY_CONNECTIONS
+                || *c == SqlState::CANNOT_CONNECT_NOW =>
+        {
+            StoreError::Busy(text)
+        }
+        _ if e.is_closed() => StoreError::Busy(format!("connection lost: {text}")),
+        _ => StoreError::Backend(text),
+    }
+}
+
+/// How the PostgreSQL store is opened.
+#[derive(Clone)]
+pub struct PgOptions {
+    /// `postgres://user:password@host:port/database` (never logged: see [`redact`]).
+    pub url: String,
+    /// Quotas.
+    pub quotas: Quotas,
+    /// Who may register.
+    pub registration: Registration,
+    /// The request timeout, ms: statement timeout, and twice the lock and pool waits.
+    pub request_timeout_ms: u64,
+    /// Connections in this process's pool.
+    pub pool_size: usize,
+}
+
+impl std::fmt::Debug for PgOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgOptions").field("url", &redact(&self.url)).finish_non_exhaustive()
+    }
+}
+
+/// A URL without its password (for logs and errors).
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let userinfo = &url[s + 3..at];
+            let user = userinfo.split(':').next().unwrap_or("");
+            format!("{}{}:***{}", &url[..s + 3], user, &url[at..])
+        }
+        _ => url.to_owned(),
+    }
+}
+
+/// The PostgreSQL relay store.
+pub struct PgStore {
+    pool: Pool,
+    handle: tokio::runtime::Handle,
+    epoch: String,
+    quotas: Quotas,
+    registration: Registration,
+    /// The relay-wide byte total as last read, when, and what this process added since.
+    total: Mutex<(i64, Instant, i64)>,
+    request_timeout: Duration,
+}
+
+impl std::fmt::Debug for PgStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgStore").field("epoch", &self.epoch).finish_non_exhaustive()
+    }
+}
+
+struct OwnerRow {
+    token_hash: String,
+    closed: bool,
+    stored_bytes: i64,
+    head_seq: i64,
+    created_at: String,
+    event_count: i64,
+    stream_count: i64,
+}
+
+const OWNER_COLUMNS: &str =
+    "token_hash, closed_at IS NOT NULL, stored_bytes, head_seq, created_at, event_count, stream_count";
+
+fn owner_from(r: &tokio_postgres::Row) -> OwnerRow {
+    OwnerRow {
+        token_hash: r.get(0),
+        closed: r.get(1),
+        stored_bytes: r.get(2),
+        head_seq: r.get(3),
+        created_at: r.get(4),
+        event_count: r.get(5),
+        stream_count: r.get(6),
+    }
+}
+
+/// A wrong token is 401 even for a closed owner; the right token on a closed owner is 410.
+fn authorize(owner: &OwnerRow, token_hash: &str) -> Result<(), StoreError> {
+    if !bool::from(owner.token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
+        return Err(StoreError::Unauthorized);
+    }
+    if owner.closed {
+        return Err(StoreError::Closed);
+    }
+    Ok(())
+}
+
+async fn owner_row(c: &impl GenericClient, owner_id: &str, lock: bool) -> Result<Option<OwnerRow>, StoreError> {
+    let sql =
+        format!("SELECT {OWNER_COLUMNS} FROM owners WHERE owner_id = $1{}", if lock { " FOR UPDATE" } else { "" });
+    Ok(c.query_opt(&sql, &[&owner_id]).await.map_err(pg_error)?.as_ref().map(owner_from))
+}
+
+async fn existing_owner(
+    c: &impl GenericClient,
+    owner_id: &str,
+    token_hash: &str,
+    lock: bool,
+) -> Result<OwnerRow, StoreError> {
+    let owner = owner_row(c, owner_id, lock).await?.ok_or(StoreError::UnknownOwner)?;
+    authorize(&owner, token_hash)?;
+    Ok(owner)
+}
+
+fn passed(deadline: Deadline) -> Result<(), StoreError> {
+    match deadline {
+        Some(d) if Instant::now() >= d => Err(StoreError::DeadlinePassed),
+        _ => Ok(()),
+    }
+}
+
+impl PgStore {
+    /// Connects, runs the migrations and reads the epoch. Call from within a tokio runtime
+    /// (multi-threaded): the store keeps using it.
+    pub async fn open(options: PgOptions, fresh_epoch: &str, now: &str) -> Result<PgStore, StoreError> {
+        let mut config: tokio_postgres::Config = options
+            .url
+            .parse()
+            .map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(&options.url))))?;
+        let statement = options.request_timeout_ms.max(100);
+        config.options(format!("-c statement_timeout={statement} -c lock_timeout={}", (statement / 2).max(50)));
+        config.connect_timeout(Duration::from_millis(statement.min(10_000)));
+        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let pool = Pool::builder(manager)
+            .max_size(options.pool_size.max(1))
+            .runtime(deadpool_postgres::Runtime::Tokio1)
+            .wait_timeout(Some(Duration::from_millis((statement / 2).max(50))))
+            .create_timeout(Some(Duration::from_millis(statement.min(10_000))))
+            .build()
+            .map_err(|e| StoreError::Setup(format!("PostgreSQL pool: {e}")))?;
+        let mut client = pool
+            .get()
+            .await
+            .map_err(|e| StoreError::Setup(format!("cannot connect to {}: {e}", redact(&options.url))))?;
+        let epoch = schema::migrate(&mut client, fresh_epoch, now).await?;
+        drop(client);
+        Ok(PgStore {
+            pool,
+            handle: tokio::runtime::Handle::current(),
+            epoch,
+            quotas: options.quotas,
+            registration: options.registration,
+            total: Mutex::new((0, Instant::now() - TOTAL_REFRESH * 2, 0)),
+            request_timeout: Duration::from_millis(statement),
+        })
+    }
+
+    fn run<T>(&self, fut: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.handle.block_on(fut)
+    }
+
+    async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            deadpool_postgres::PoolError::Backend(e) => pg_error(e),
+            other => StoreError::Busy(format!("no database connection free: {other}")),
+        })
+    }
+
+    /// Finds the owner under its row lock, or registers it (trust on first use) within the
+    /// relay's rules; returns its stored bytes and whether it registered.
+    async fn owner_or_register(
+        &self,
+        tx: &Transaction<'_>,
+        owner_id: &str,
+        token_hash: &str,
+        now: &str,
+        register: MayRegister,
+    ) -> Result<(i64, bool), StoreError> {
+        if let Some(owner) = owner_row(tx, owner_id, true).await? {
+            authorize(&owner, token_hash)?;
+            return Ok((owner.stored_bytes, false));
+        }
+        let rules = self.registration;
+        if !rules.open {
+            return Err(StoreError::RegistrationRefused(Refusal::Closed));
+        }
+        if let Some(max) = rules.max_owners {
+            let n: i64 = tx.query_one("SELECT count(*) FROM owners", &[]).await.map_err(pg_error)?.get(0);
+            if n as u64 >= max {
+                return Err(StoreError::RegistrationRefused(Refusal::Full(max)));
+            }
+        }
+        if register == MayRegister::RateLimited {
+            return Err(StoreError::RegistrationRefused(Refusal::RateLimited));
+        }
+        let inserted = tx
+            .execute(
+                "INSERT INTO owners (owner_id, token_hash, created_at) VALUES ($1, $2, $3)
+                 ON CONFLICT (owner_id) DO NOTHING",
+                &[&owner_id, &token_hash, &now],
+            )
+            .await
+            .map_err(pg_error)?;
+        // Another process may have registered it first: its token wins, ours is checked.
+        let owner = owner_row(tx, owner_id, true).await?.ok_or(StoreError::UnknownOwner)?;
+        authorize(&owner, token_hash)?;
+        Ok((owner.stored_bytes, inserted == 1))
+    }
+
+    /// The relay-wide byte total, re-read at most every [`TOTAL_REFRESH`].
+    async fn total_bytes(&self, c: &impl GenericClient) -> Result<i64, StoreError> {
+        {
+            let t = self.total.lock().unwrap_or_else(|p| p.into_inner());
+            if t.1.elapsed() < TOTAL_REFRESH {
+                return Ok(t.0 + t.2);
+            }
+        }
+        let sum: i64 = c
+            .query_one("SELECT coalesce(sum(stored_bytes), 0)::BIGINT FROM owners", &[])
+            .await
+            .map_err(pg_error)?
+            .get(0);
+        *self.total.lock().unwrap_or_else(|p| p.into_inner()) = (sum, Instant::now(), 0);
+        Ok(sum)
+    }
+
+    fn added_total(&self, bytes: i64) {
+        self.total.lock().unwrap_or_else(|p| p.into_inner()).2 += bytes;
+    }
+
+    fn check_quota(&self, owner_used: i64, total_used: i64, adding: i64) -> Result<(), StoreError> {
+        let q = self.quotas;
+        let (owner_used, total_used, adding) = (owner_used.max(0) as u64, total_used.max(0) as u64, adding as u64);
+        if owner_used + adding > q.max_owner_bytes {
+            return Err(StoreError::OwnerQuota { used: owner_used, adding, quota: q.max_owner_bytes });
+        }
+        if total_used + adding > q.max_total_bytes {
+            return Err(StoreError::TotalQuota { used: total_used, adding, quota: q.max_total_bytes });
+        }
+        Ok(())
+    }
+
+    async fn push_async(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        events: &[NewEvent],
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> Result<PushOutcome, StoreError> {
+        passed(deadline)?;
+        let mut client = self.client().await?;
+        let tx = client.transaction().await.map_err(pg_error)?;
+        let (owner_bytes, registered) = self.owner_or_register(&tx, owner_id, token_hash, now, register).await?;
+        // The row lock may have waited for another push of this owner.
+        passed(deadline)?;
+        let mut out = PushOutcome { registered, ..PushOutcome::default() };
+        let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+        let stored: std::collections::HashMap<String, String> = tx
+            .query(
+                "SELECT event_id, envelope FROM events WHERE owner_id = $1 AND event_id = ANY($2)",
+                &[&owner_id, &ids],
+            )
+            .await
+            .map_err(pg_error)?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        let mut batch: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+        let mut fresh: Vec<&NewEvent> = Vec::new();
+        for ev in events {
+            let known =
+                stored.get(&ev.event_id).map(String::as_str).or_else(|| batch.get(ev.event_id.as_str()).copied());
+            match known {
+                Some(json) => {
+                    out.duplicate += 1;
+                    out.forged += u64::from(json != ev.json);
+                }
+                None => {
+                    batch.insert(&ev.event_id, &ev.json);
+                    fresh.push(ev);
+                }
+            }
+        }
+        let added: i64 = fresh.iter().map(|e| e.json.len() as i64).sum();
+        let total = self.total_bytes(&tx).await?;
+        self.check_quota(owner_bytes, total, added)?;
+        if !fresh.is_empty() {
+            let stream_ids: Vec<&str> = fresh.iter().filter_map(|e| e.stream_id.as_deref()).collect();
+            let known_streams: std::collections::HashSet<String> = tx
+                .query(
+                    "SELECT DISTINCT stream_id FROM events WHERE owner_id = $1 AND stream_id = ANY($2)",
+                    &[&owner_id, &stream_ids],
+                )
+                .await
+                .map_err(pg_error)?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            let new_streams: std::collections::HashSet<&str> =
+                stream_ids.iter().copied().filter(|s| !known_streams.contains(*s)).collect();
+            let event_ids: Vec<&str> = fresh.iter().map(|e| e.event_id.as_str()).collect();
+            let streams: Vec<Option<&str>> = fresh.iter().map(|e| e.stream_id.as_deref()).collect();
+            let envelopes: Vec<&str> = fresh.iter().map(|e| e.json.as_str()).collect();
+            let sizes: Vec<i64> = fresh.iter().map(|e| e.json.len() as i64).collect();
+            // Seqs in batch order, taken only now (under the owner's lock). The conflict target
+            // is the (owner, event id) key alone: any other conflict is an error.
+            let head: Option<i64> = tx
+                .query_one(
+                    "WITH ins AS (
+                       INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes)
+                       SELECT nextval('event_seq'), $1, e.event_id, e.stream_id, e.envelope, e.bytes
+                       FROM (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[])
+                               WITH ORDINALITY AS u(event_id, stream_id, envelope, bytes, ord)
+                             ORDER BY ord) AS e
+                       ON CONFLICT (owner_id, event_id) DO NOTHING
+                       RETURNING seq)
+                     SELECT max(seq) FROM ins",
+                    &[&owner_id, &event_ids, &streams, &envelopes, &sizes],
+                )
+                .await
+                .map_err(pg_error)?
+                .get(0);
+            out.accepted = fresh.len() as u64;
+            out.added_bytes = added as u64;
+            tx.execute(
+                "UPDATE owners SET stored_bytes = stored_bytes + $2, event_count = event_count + $3,
+                                   stream_count = stream_count + $4, head_seq = greatest(head_seq, $5)
+                 WHERE owner_id = $1",
+                &[&owner_id, &added, &(fresh.len() as i64), &(new_streams.len() as i64), &head.unwrap_or(0)],
+            )
+            .await
+            .map_err(pg_error)?;
+        }
+        tx.commit().await.map_err(pg_error)?;
+        self.added_total(added);
+        Ok(out)
+    }
+
+    async fn pull_async(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<PullPage, StoreError> {
+        let mut client = self.client().await?;
+        // One snapshot for the owner row and the page, so headSeq and events agree.
+        let tx = client
+            .build_transaction()
+            .isolation_level(tokio_postgres::IsolationLevel::RepeatableRead)
+            .read_only(true)
+            .start()
+            .await
+            .map_err(pg_error)?;
+        let owner = existing_owner(&tx, owner_id, token_hash, false).await?;
+        let mut page = PullPage { head_seq: owner.head_seq.max(0) as u64, ..PullPage::default() };
+        let rows = tx
+            .query(
+                "SELECT seq, envelope FROM events WHERE owner_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
+                &[&owner_id, &(after.min(i64::MAX as u64) as i64), &i64::from(limit)],
+            )
+            .await
+            .map_err(pg_error)?;
+        let mut size = 0usize;
+        for row in rows {
+            let envelope: String = row.get(1);
+            // A page stops before passing MAX_PULL_BYTES (it always has one event).
+            if !page.events.is_empty() && size + envelope.len() > max_bytes {
+                break;
+            }
+            size += envelope.len() + 1;
+            page.last_seq = Some(row.get::<_, i64>(0) as u64);
+            page.events.push(envelope);
+        }
+        tx.commit().await.map_err(pg_error)?;
+        Ok(page)
+    }
+}
+
+impl RelayStore for PgStore {
+    fn epoch(&self) -> String {
+        self.epoch.clone()
+    }
+
+    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            match owner_row(&client, owner_id, false).await? {
+                None => Ok(OwnerState::Unknown),
+                Some(o) => authorize(&o, token_hash).map(|()| OwnerState::Known),
+            }
+        })
+    }
+
+    fn push(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        events: &[NewEvent],
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> Result<PushOutcome, StoreError> {
+        self.run(self.push_async(owner_id, token_hash, events, now, register, deadline))
+    }
+
+    fn pull(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        after: u64,
+        limit: u32,
+        max_bytes: usize,
+    ) -> Result<PullPage, StoreError> {
+        self.run(self.pull_async(owner_id, token_hash, after, limit, max_bytes))
+    }
+
+    fn compact_streams(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        stream_ids: &[String],
+        deadline: Deadline,
+    ) -> Result<CompactResponse, StoreError> {
+        self.run(async {
+            passed(deadline)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(pg_error)?;
+            existing_owner(&tx, owner_id, token_hash, true).await?;
+            passed(deadline)?;
+            let rows = tx
+                .query(
+                    "DELETE FROM events WHERE owner_id = $1 AND stream_id = ANY($2) RETURNING stream_id, bytes",
+                    &[&owner_id, &stream_ids],
+                )
+                .await
+                .map_err(pg_error)?;
+            let bytes: i64 = rows.iter().map(|r| r.get::<_, i64>(1)).sum();
+            let streams: std::collections::HashSet<String> = rows.iter().map(|r| r.get(0)).collect();
+            tx.execute(
+                "UPDATE owners SET stored_bytes = greatest(0, stored_bytes - $2), event_count = greatest(0, event_count - $3),
+                                   stream_count = greatest(0, stream_count - $4)
+                 WHERE owner_id = $1",
+                &[&owner_id, &bytes, &(rows.len() as i64), &(streams.len() as i64)],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.commit().await.map_err(pg_error)?;
+            self.added_total(-bytes);
+            Ok(CompactResponse { deleted_events: rows.len() as u64, reclaimed_bytes: bytes as u64 })
+        })
+    }
+
+    fn close_owner(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        now: &str,
+        deadline: Deadline,
+    ) -> Result<CloseResponse, StoreError> {
+        self.run(async {
+            passed(deadline)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(pg_error)?;
+            let owner = owner_row(&tx, owner_id, true).await?.ok_or(StoreError::UnknownOwner)?;
+            match authorize(&owner, token_hash) {
+                Err(StoreError::Closed) => {
+                    return Ok(CloseResponse { closed: true, deleted_events: 0, deleted_blobs: 0 })
+                }
+                other => other?,
+            }
+            passed(deadline)?;
+            let deleted_events =
+                tx.execute("DELETE FROM events WHERE owner_id = $1", &[&owner_id]).await.map_err(pg_error)?;
+            let deleted_blobs =
+                tx.execute("DELETE FROM blobs WHERE owner_id = $1", &[&owner_id]).await.map_err(pg_error)?;
+            tx.execute(
+                "UPDATE owners SET closed_at = $2, stored_bytes = 0, event_count = 0, stream_count = 0, blob_count = 0
+                 WHERE owner_id = $1",
+                &[&owner_id, &now],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.commit().await.map_err(pg_error)?;
+            self.added_total(-owner.stored_bytes);
+            Ok(CloseResponse { closed: true, deleted_events, deleted_blobs })
+        })
+    }
+
+    fn blob_presence(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<BlobPresence, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let Some(owner) = owner_row(&client, owner_id, false).await? else { return Ok(BlobPresence::UnknownOwner) };
+            authorize(&owner, token_hash)?;
+            let found = client
+                .query_opt("SELECT 1 FROM blobs WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                .await
+                .map_err(pg_error)?
+                .is_some();
+            Ok(if found { BlobPresence::Present } else { BlobPresence::Absent })
+        })
+    }
+
+    fn put_blob(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        hash: &str,
+        bytes: &[u8],
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> Result<BlobPutOutcome, StoreError> {
+        self.run(async {
+            passed(deadline)?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(pg_error)?;
+            let (owner_bytes, registered) = self.owner_or_register(&tx, owner_id, token_hash, now, register).await?;
+            passed(deadline)?;
+            let exists = tx
+                .query_opt("SELECT 1 FROM blobs WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                .await
+                .map_err(pg_error)?
+                .is_some();
+            if exists {
+                tx.commit().await.map_err(pg_error)?;
+                return Ok(BlobPutOutcome { duplicate: true, registered });
+            }
+            let size = bytes.len() as i64;
+            let total = self.total_bytes(&tx).await?;
+            self.check_quota(owner_bytes, total, size)?;
+            tx.execute(
+                "INSERT INTO blobs (owner_id, hash, data, bytes, created_at) VALUES ($1, $2, $3, $4, $5)",
+                &[&owner_id, &hash, &bytes, &size, &now],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.execute(
+                "UPDATE owners SET stored_bytes = stored_bytes + $2, blob_count = blob_count + 1 WHERE owner_id = $1",
+                &[&owner_id, &size],
+            )
+            .await
+            .map_err(pg_error)?;
+            tx.commit().await.map_err(pg_error)?;
+            self.added_total(size);
+            Ok(BlobPutOutcome { duplicate: false, registered })
+        })
+    }
+
+    fn get_blob(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            existing_owner(&client, owner_id, token_hash, false).await?;
+            Ok(client
+                .query_opt("SELECT data FROM blobs WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                .await
+                .map_err(pg_error)?
+                .and_then(|r| r.get::<_, Option<Vec<u8>>>(0)))
+        })
+    }
+
+    fn account(&self, owner_id: &str, token_hash: &str, quota: u64) -> Result<AccountInfo, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let owner = existing_owner(&client, owner_id, token_hash, false).await?;
+            let used = owner.stored_bytes.max(0) as u64;
+            let pct = if quota == 0 { 0.0 } else { used as f64 * 100.0 / quota as f64 };
+            Ok(AccountInfo {
+                owner_id: owner_id.to_owned(),
+                quota_bytes: quota,
+                used_bytes: used,
+                used_pct: (pct * 100.0).round() / 100.0,
+                head_seq: owner.head_seq.max(0) as u64,
+                streams: owner.stream_count.max(0) as u64,
+                events: owner.event_count.max(0) as u64,
+                created_at: owner.created_at,
+            })
+        })
+    }
+
+    fn compact_all(&self, now: &str, cancel: &AtomicBool) -> Result<CompactionReport, StoreError> {
+        self.run(compact::compact_all(self, now, cancel))
+    }
+
+    fn compaction_times(&self) -> Result<(Option<String>, String), StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let last = schema::meta(&client, "last_compaction_at").await?;
+            let created = schema::meta(&client, "created_at").await?;
+            Ok((last, created.unwrap_or_default()))
+        })
+    }
+
+    fn stats(&self) -> Result<RelayStats, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let r = client
+                .query_one(
+                    "SELECT count(*), count(closed_at), coalesce(sum(event_count), 0)::BIGINT,
+                            coalesce(sum(blob_count), 0)::BIGINT, coalesce(sum(stored_bytes), 0)::BIGINT,
+                            coalesce(max(head_seq), 0)::BIGINT, pg_database_size(current_database())
+                     FROM owners",
+                    &[],
+                )
+                .await
+                .map_err(pg_error)?;
+            let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
+            let meta_n = |v: Option<String>| v.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
+            Ok(RelayStats {
+                owners: n(0),
+                closed_owners: n(1),
+                events: n(2),
+                blobs: n(3),
+                total_bytes: n(4),
+                head_seq: n(5),
+                last_compaction_at: schema::meta(&client, "last_compaction_at").await?,
+                last_compaction_deleted: meta_n(schema::meta(&client, "last_compaction_deleted").await?),
+                last_compaction_ms: meta_n(schema::meta(&client, "last_compaction_ms").await?),
+                database_bytes: n(6),
+                wal_bytes: 0,
+            })
+        })
+    }
+
+    fn checkpoint(&self) -> Result<CheckpointReport, StoreError> {
+        // PostgreSQL checkpoints its own WAL; closing the pool is all a process does.
+        self.pool.close();
+        Ok(CheckpointReport::default())
+    }
+}
+
+/// Gives the PostgreSQL database a new epoch (after restoring it from a backup): every device
+/// then re-seeds it. Returns the old and the new epoch. Stop every relay process first.
+pub async fn rotate_epoch(url: &str, fresh: &str) -> Result<(String, String), StoreError> {
+    let config: tokio_postgres::Config =
+        url.parse().map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(url))))?;
+    let (client, connection) = config.connect(NoTls).await.map_err(pg_error)?;
+    let task = tokio::spawn(connection);
+    let old: String = client
+        .query_opt("SELECT value FROM relay_meta WHERE key = 'epoch'", &[])
+        .await
+        .map_err(pg_error)?
+        .ok_or_else(|| StoreError::Setup("not a relay database".into()))?
+        .get(0);
+    client.execute("UPDATE relay_meta SET value = $1 WHERE key = 'epoch'", &[&fresh]).await.map_err(pg_error)?;
+    drop(client);
+    let _ = task.await;
+    Ok((old, fresh.to_owned()))
+}
+
+impl PgStore {
+    /// The request timeout the connections run with.
+    pub fn request_timeout(&self) -> Duration {
+        self.request_timeout
+    }
+
+    /// A pooled connection (compaction).
+    pub(super) async fn connection(&self) -> Result<Object, StoreError> {
+        self.client().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+
+    #[test]
+    fn urls_lose_their_password_in_logs() {
+        assert_eq!(redact("postgres://relay:s3cret@db:5432/relay"), "postgres://relay:***@db:5432/relay");
+        assert_eq!(redact("postgres://db/relay"), "postgres://db/relay");
+        assert!(!redact("postgres://u:p@ss@h/d").contains("p@ss"));
+    }
+}

@@ -1,0 +1,132 @@
+//! The PostgreSQL backend's own guarantees, on the test server at `SIMPLYSYNC_TEST_PG`
+//! (`scripts/test.sh` starts a throwaway one): versioned migrations that concurrent starts
+//! share, lock and statement timeouts no longer than a request (a push answered 408/503 never
+//! writes later), compaction in one process at a time, and a password never logged.
+
+mod common;
+
+use std::io::Write as _;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Backend, Owner, Relay};
+use serde_json::json;
+
+/// A `psql` session kept open: statements are sent as lines; dropping it ends the session.
+struct Session(Child);
+
+impl Session {
+    fn open(url: &str) -> Session {
+        let child = Command::new("psql")
+            .arg(url)
+            .args(["-q", "-v", "ON_ERROR_STOP=1"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("psql runs");
+        Session(child)
+    }
+
+    fn send(&mut self, sql: &str) {
+        let stdin = self.0.stdin.as_mut().unwrap();
+        writeln!(stdin, "{sql}").unwrap();
+        stdin.flush().unwrap();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn psql(url: &str, sql: &str) -> String {
+    let out = Command::new("psql").arg(url).args(["-Atq", "-v", "ON_ERROR_STOP=1", "-c", sql]).output().unwrap();
+    assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+#[tokio::test]
+async fn relays_started_together_on_a_new_database_migrate_it_once_and_share_one_epoch() {
+    let url = common::fresh_pg_database();
+    let extra = [("DATABASE_URL", url.as_str())];
+    let (a, b, c) = (
+        Relay::start_on(Backend::Postgres, &extra),
+        Relay::start_on(Backend::Postgres, &extra),
+        Relay::start_on(Backend::Postgres, &extra),
+    );
+    let epochs: Vec<_> = [&a, &b, &c].iter().map(|r| r.get("/health", None)).collect();
+    let mut seen = Vec::new();
+    for e in epochs {
+        seen.push(e.await.json()["epoch"].clone());
+    }
+    assert!(seen.iter().all(|e| *e == seen[0]), "{seen:?}");
+    assert_eq!(psql(&url, "SELECT string_agg(version::text, ',') FROM schema_migrations"), "1");
+    let alice = Owner::new();
+    a.push(&alice, &[alice.event("x", 1)]).await;
+    assert_eq!(c.pull_all(&alice).await.0.len(), 1, "one database behind every process");
+}
+
+#[tokio::test]
+async fn a_push_waiting_on_a_locked_owner_gets_503_or_408_within_the_request_timeout_and_never_writes_later() {
+    let relay = Relay::start_on(Backend::Postgres, &[("REQUEST_TIMEOUT_MS", "1000")]);
+    let url = relay.database_url().unwrap().to_owned();
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("seed", 0)]).await;
+    let mut lock = Session::open(&url);
+    lock.send(&format!("BEGIN; SELECT 1 FROM owners WHERE owner_id = '{}' FOR UPDATE;", alice.owner_id()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let started = Instant::now();
+    let mut statuses = Vec::new();
+    for i in 1..=3u64 {
+        let r = relay.push(&alice, &[alice.event(&format!("r{i}"), i)]).await;
+        match r.status.as_u16() {
+            503 => r.assert_error(503, "busy"),
+            _ => r.assert_error(408, "request_timeout"),
+        }
+        statuses.push(r.status.as_u16());
+    }
+    assert!(started.elapsed() < Duration::from_secs(6), "answered within the timeouts: {:?}", started.elapsed());
+    lock.send("COMMIT;");
+    drop(lock);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 1, "only the seed is stored ({statuses:?})");
+    assert_eq!(relay.push(&alice, &[alice.event("after", 9)]).await.status, 200);
+}
+
+#[tokio::test]
+async fn compaction_runs_in_one_process_at_a_time() {
+    let relay = Relay::start_on(Backend::Postgres, &[("ADMIN_TOKEN", "ops")]);
+    let url = relay.database_url().unwrap().to_owned();
+    let alice = Owner::new();
+    common::versions_of_three_rows(&relay, &alice).await;
+    // Another process holds the compaction lock: this one leaves the pass to it.
+    let mut other = Session::open(&url);
+    other.send("SELECT pg_advisory_lock(91617545637200);");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let r = relay.post_json("/ops/compact", Some("ops"), json!({})).await;
+    assert_eq!(r.status, 200, "{}", String::from_utf8_lossy(&r.bytes));
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 6, "nothing compacted while another process holds the lock");
+    assert!(relay.log_text().contains("another relay process is running it"), "{}", relay.log_text());
+    drop(other);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    relay.post_json("/ops/compact", Some("ops"), json!({})).await;
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 3, "compacted once the lock is free");
+    assert_ne!(psql(&url, "SELECT value FROM relay_meta WHERE key = 'last_compaction_at'"), "");
+}
+
+#[tokio::test]
+async fn the_database_password_never_reaches_the_log() {
+    let url = common::fresh_pg_database();
+    // Roles belong to the whole server: one per test run.
+    let role = url.rsplit('/').next().unwrap().replace("relay_", "role_");
+    psql(&url, &format!("CREATE ROLE {role} LOGIN PASSWORD 'hunter2-secret'; GRANT ALL ON SCHEMA public TO {role};"));
+    let with_password = url.replacen("postgres://postgres@", &format!("postgres://{role}:hunter2-secret@"), 1);
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", with_password.as_str())]);
+    relay.get("/health", None).await;
+    let log = relay.log_text();
+    assert!(log.contains(&format!("{role}:***@")), "{log}");
+    assert!(!log.contains("hunter2-secret"), "{log}");
+}
