@@ -99,6 +99,17 @@ else
   $SUDO npm install --prefix "$TOOLS" --no-audit --no-fund --silent "binaryen@$BINARYEN_NPM_VERSION"
 fi
 
+step "moto (S3-compatible test server, PyPI) for the relay's object-storage tests"
+MOTO_VERSION=5.2.1
+if python3 -c 'import moto.server' 2>/dev/null; then
+  echo "moto importable by python3: $(python3 -c 'import moto; print(moto.__version__)')"
+elif [ -x "$TOOLS/moto-venv/bin/python" ] && "$TOOLS/moto-venv/bin/python" -c 'import moto.server' 2>/dev/null; then
+  echo "moto already installed in $TOOLS/moto-venv"
+else
+  python3 -m venv "$TOOLS/moto-venv" 2>/dev/null || { $SUDO apt-get install -y -qq --no-install-recommends python3-venv >/dev/null && python3 -m venv "$TOOLS/moto-venv"; } || die "cannot create a virtualenv for moto"
+  "$TOOLS/moto-venv/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" || die "pip install moto[server]==$MOTO_VERSION failed"
+fi
+
 step "node dependencies of the test suite (scripts/node, tests/browser-js)"
 for dir in scripts/node tests/browser-js; do
   if [ -f "$ROOT/$dir/package-lock.json" ]; then

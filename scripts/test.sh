@@ -21,12 +21,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 stage "clippy (wasm32-unknown-unknown)"
 cargo clippy -p simplysync -p simplysync-protocol --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 
-stage "native tests (the relay on SQLite; its PostgreSQL tests on a throwaway server)"
+stage "native tests (the relay on SQLite; its PostgreSQL and S3 tests on throwaway servers)"
 pg_dir="$(mktemp -d)"
 chmod 755 "$pg_dir"
+services_down() { bash scripts/pg-throwaway.sh stop "$pg_dir/pg"; bash scripts/s3-throwaway.sh stop "$pg_dir/s3"; rm -rf "$pg_dir"; }
+trap services_down EXIT
 SIMPLYSYNC_TEST_PG="$(bash scripts/pg-throwaway.sh start "$pg_dir/pg")"
-export SIMPLYSYNC_TEST_PG
-trap 'bash scripts/pg-throwaway.sh stop "$pg_dir/pg"; rm -rf "$pg_dir"' EXIT
+SIMPLYSYNC_TEST_S3="$(bash scripts/s3-throwaway.sh start "$pg_dir/s3")"
+export SIMPLYSYNC_TEST_PG SIMPLYSYNC_TEST_S3
 cargo test --workspace --locked
 
 # The relay's backend-neutral suites again: one PostgreSQL-backed process, then three
@@ -39,6 +41,10 @@ SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay "${rela
 stage "relay contract suites on PostgreSQL (three processes, round-robin)"
 SIMPLYSYNC_TEST_BACKEND=postgres3 cargo test --locked -p simplysync-relay "${relay_suites[@]:0:14}" \
   -- --skip metrics_count_requests
+stage "relay blob suites with chunks in S3-compatible storage (on SQLite, then PostgreSQL)"
+SIMPLYSYNC_TEST_BLOBS=s3 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
+SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay \
+  --test contract_blobs --test contract_owner --test object_store
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
 # The browser tests sync through a real relay on a free port (no fixed port shared between
@@ -57,7 +63,7 @@ while True:
     held.append(s.accept()[0])
 ' >"$relay_dir/stalled.port" &
 stalled_pid=$!
-trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"; bash scripts/pg-throwaway.sh stop "$pg_dir/pg"; rm -rf "$pg_dir"' EXIT
+trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"; services_down' EXIT
 for _ in $(seq 1 100); do
   grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && [ -s "$relay_dir/stalled.port" ] && break
   kill -0 "$relay_pid" 2>/dev/null || { cat "$relay_dir/err.log"; echo "the test relay failed to start"; exit 1; }

@@ -15,6 +15,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "postgres://user:password@host:port/db — use PostgreSQL instead of SQLite (many processes may share it)",
     ),
     ("DATABASE_POOL_SIZE", "16", "PostgreSQL connections per relay process"),
+    ("BLOB_STORE_URL", "(unset)", "s3://bucket/prefix — keep blob chunks in S3-compatible storage (AWS_* variables: keys, region, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP)"),
     ("HWM_PATH", "<DB_PATH>.hwm", "the seq high-water mark file (keep it off the database's backups)"),
     ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size; writes beyond it get 507"),
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
@@ -154,6 +155,8 @@ pub struct Config {
     pub database_url: Option<DatabaseUrl>,
     /// PostgreSQL connections per process.
     pub database_pool_size: usize,
+    /// `s3://bucket/prefix` for blob chunks, if set.
+    pub blob_store_url: Option<String>,
     /// The high-water mark file (None: beside the database).
     pub hwm_path: Option<PathBuf>,
     /// A hard cap of the database file's size.
@@ -299,6 +302,13 @@ impl Config {
                 }
             },
             database_pool_size: num(&lookup, "DATABASE_POOL_SIZE", 16usize, 1)?,
+            blob_store_url: match lookup("BLOB_STORE_URL").filter(|u| !u.trim().is_empty()) {
+                None => None,
+                Some(u) => match crate::store::objects::parse_url(&u) {
+                    Ok(_) => Some(u),
+                    Err(reason) => return Err(ConfigError { name: "BLOB_STORE_URL", value: u, reason }),
+                },
+            },
             hwm_path: lookup("HWM_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 65_536)?,
             limits,

@@ -76,6 +76,15 @@ pub fn store_location(config: &Config) -> String {
 /// `DB_PATH`. Call within the multi-threaded runtime that will serve.
 pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayError> {
     let failed = |source| RelayError::Store { path: store_location(config), source };
+    let database = open_database(config).await?;
+    match &config.blob_store_url {
+        Some(url) => Ok(Arc::new(store::objects::ObjectBlobs::open(database, url).map_err(failed)?)),
+        None => Ok(database),
+    }
+}
+
+async fn open_database(config: &Config) -> Result<Arc<dyn RelayStore>, RelayError> {
+    let failed = |source| RelayError::Store { path: store_location(config), source };
     match &config.database_url {
         Some(url) => {
             let options = store::postgres::PgOptions {

@@ -75,6 +75,8 @@ fn main() -> ExitCode {
         }
     };
     init_logging(config.log_format);
+    // TLS to object storage (BLOB_STORE_URL over https) uses rustls with the ring provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(rt) => rt,
         Err(e) => {

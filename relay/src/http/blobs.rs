@@ -12,7 +12,7 @@ use simplysync_protocol::wire::BlobPutResponse;
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, AppState, ClientIp, Owner};
-use crate::store::BlobPresence;
+use crate::store::{BlobData, BlobPresence};
 
 struct Target {
     owner: String,
@@ -67,8 +67,10 @@ pub async fn put(
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
     let (o, now, register) = (t.owner.clone(), now_iso(), super::events::may_register(&st, client));
-    let out =
-        blocking(&st, move |s| s.put_blob(&o, &t.token_hash, &t.hash, &bytes, &now, register, Some(deadline))).await?;
+    let out = blocking(&st, move |s| {
+        s.put_blob(&o, &t.token_hash, &t.hash, BlobData::Inline(&bytes), &now, register, Some(deadline))
+    })
+    .await?;
     st.metrics.record_blob_put(out.duplicate);
     if out.registered {
         st.metrics.record_registration();

@@ -10,6 +10,7 @@
 //! inside its single serialized write transaction; another backend must provide the same
 //! guarantee (e.g. by serializing seq assignment with commit).
 
+pub mod objects;
 pub mod postgres;
 pub mod sqlite;
 
@@ -178,6 +179,36 @@ pub enum BlobPresence {
     UnknownOwner,
 }
 
+/// A chunk's bytes as the database keeps them.
+#[derive(Debug, Clone, Copy)]
+pub enum BlobData<'a> {
+    /// The bytes themselves (blobs in the database, the default).
+    Inline(&'a [u8]),
+    /// Only the size: the bytes were uploaded to the object store first.
+    External {
+        /// The chunk's length.
+        size: u64,
+    },
+}
+
+impl BlobData<'_> {
+    /// The chunk's length.
+    pub fn size(&self) -> u64 {
+        match self {
+            BlobData::Inline(b) => b.len() as u64,
+            BlobData::External { size } => *size,
+        }
+    }
+
+    /// What the database's data column holds (nothing for an external chunk).
+    pub fn stored(&self) -> &[u8] {
+        match self {
+            BlobData::Inline(b) => b,
+            BlobData::External { .. } => &[],
+        }
+    }
+}
+
 /// What a blob upload did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlobPutOutcome {
@@ -295,20 +326,22 @@ pub trait RelayStore: Send + Sync + 'static {
     /// Authenticates and checks whether a chunk is stored, without its bytes.
     fn blob_presence(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<BlobPresence, StoreError>;
 
-    /// Stores a verified chunk (registers an unknown owner like [`RelayStore::push`]; quota-checked).
+    /// Stores a verified chunk (registers an unknown owner like [`RelayStore::push`]; quota-checked):
+    /// its bytes, or — when an object store holds them — only its size.
     #[allow(clippy::too_many_arguments)]
     fn put_blob(
         &self,
         owner_id: &str,
         token_hash: &str,
         hash: &str,
-        bytes: &[u8],
+        data: BlobData<'_>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,
     ) -> Result<BlobPutOutcome, StoreError>;
 
-    /// Reads a chunk.
+    /// Reads a chunk. An empty value means its bytes live in the object store (a stored chunk
+    /// is never empty: uploads of zero bytes are refused).
     fn get_blob(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<Option<Vec<u8>>, StoreError>;
 
     /// The owner's account figures (`quota_bytes` and `used_pct` filled from `quota`), from
@@ -321,6 +354,9 @@ pub trait RelayStore: Send + Sync + 'static {
 
     /// When the last compaction ran (ISO), if ever; and when the database was created.
     fn compaction_times(&self) -> Result<(Option<String>, String), StoreError>;
+
+    /// The ids of closed owners (their blob objects must be gone).
+    fn closed_owners(&self) -> Result<Vec<String>, StoreError>;
 
     /// Relay-wide figures.
     fn stats(&self) -> Result<RelayStats, StoreError>;

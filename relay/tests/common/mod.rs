@@ -5,7 +5,8 @@
 //! directory), `postgres` (a fresh database per relay on the server at `SIMPLYSYNC_TEST_PG`),
 //! or `postgres3` (three relay processes on one fresh database, behind a proxy that sends each
 //! connection to the next process in turn; the client opens a connection per request, so
-//! requests are spread round-robin).
+//! requests are spread round-robin). `SIMPLYSYNC_TEST_BLOBS=s3` keeps blob chunks in a fresh
+//! bucket of the S3-compatible test server at `SIMPLYSYNC_TEST_S3` instead of the database.
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader, Read};
@@ -70,6 +71,49 @@ pub fn fresh_pg_database() -> String {
     assert!(out.status.success(), "CREATE DATABASE: {}", String::from_utf8_lossy(&out.stderr));
     let base = admin.rsplit_once('/').map_or(admin.as_str(), |(b, _)| b);
     format!("{base}/{name}")
+}
+
+/// Whether blob chunks go to the S3 test server.
+pub fn s3_blobs() -> bool {
+    std::env::var("SIMPLYSYNC_TEST_BLOBS").as_deref() == Ok("s3")
+}
+
+/// The S3 test server's endpoint.
+pub fn s3_endpoint() -> String {
+    std::env::var("SIMPLYSYNC_TEST_S3").expect("SIMPLYSYNC_TEST_S3: the S3-compatible test server's URL")
+}
+
+/// A fresh bucket on the S3 test server; returns the relay settings that use it.
+pub fn fresh_bucket_settings() -> Vec<(String, String)> {
+    let endpoint = s3_endpoint();
+    let bucket = format!("relay-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed));
+    let status = Command::new("curl")
+        .args(["-sf", "-o", "/dev/null", "-X", "PUT", &format!("{endpoint}/{bucket}")])
+        .status()
+        .expect("curl runs");
+    assert!(status.success(), "creating bucket {bucket} on {endpoint}");
+    [
+        ("BLOB_STORE_URL", format!("s3://{bucket}/chunks")),
+        ("AWS_ENDPOINT_URL", endpoint),
+        ("AWS_ALLOW_HTTP", "true".into()),
+        ("AWS_ACCESS_KEY_ID", "test".into()),
+        ("AWS_SECRET_ACCESS_KEY", "test".into()),
+        ("AWS_REGION", "us-east-1".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// The keys stored under `prefix` in `bucket` of the S3 test server.
+pub fn bucket_keys(bucket: &str, prefix: &str) -> Vec<String> {
+    let out = Command::new("curl")
+        .args(["-sf", &format!("{}/{bucket}?list-type=2&prefix={prefix}", s3_endpoint())])
+        .output()
+        .expect("curl runs");
+    assert!(out.status.success(), "listing {bucket}");
+    let xml = String::from_utf8(out.stdout).unwrap();
+    xml.split("<Key>").skip(1).filter_map(|k| k.split("</Key>").next()).map(str::to_owned).collect()
 }
 
 /// Accepts on a loopback port and hands each connection to the next of `backends`.
@@ -141,6 +185,9 @@ impl Relay {
         if backend != Backend::Sqlite && !env.iter().any(|(k, _)| k == "DATABASE_URL") {
             env.push(("DATABASE_URL".into(), fresh_pg_database()));
         }
+        if s3_blobs() && !env.iter().any(|(k, _)| k == "BLOB_STORE_URL") {
+            env.extend(fresh_bucket_settings());
+        }
         let mut relay = Relay {
             url: String::new(),
             metrics_url: None,
@@ -188,6 +235,11 @@ impl Relay {
         let out = cmd.output().unwrap();
         assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
         serde_json::from_slice(&out.stdout).unwrap()
+    }
+
+    /// A setting the relay runs with.
+    pub fn setting(&self, key: &str) -> Option<&str> {
+        self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
     }
 
     /// The PostgreSQL database URL, when the relay uses one.

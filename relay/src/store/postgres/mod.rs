@@ -34,8 +34,8 @@ use tokio_postgres::NoTls;
 
 use super::sqlite::{Quotas, Registration};
 use super::{
-    BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent, OwnerState,
-    PullPage, PushOutcome, Refusal, RelayStats, RelayStore, StoreError,
+    BlobData, BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent,
+    OwnerState, PullPage, PushOutcome, Refusal, RelayStats, RelayStore, StoreError,
 };
 
 /// How stale the relay-wide byte total may be before a process re-reads it.
@@ -562,7 +562,7 @@ impl RelayStore for PgStore {
         owner_id: &str,
         token_hash: &str,
         hash: &str,
-        bytes: &[u8],
+        data: BlobData<'_>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,
@@ -582,7 +582,7 @@ impl RelayStore for PgStore {
                 tx.commit().await.map_err(pg_error)?;
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
-            let size = bytes.len() as i64;
+            let (size, bytes) = (data.size() as i64, data.stored());
             let total = self.total_bytes(&tx).await?;
             self.check_quota(owner_bytes, total, size)?;
             tx.execute(
@@ -644,6 +644,15 @@ impl RelayStore for PgStore {
             let last = schema::meta(&client, "last_compaction_at").await?;
             let created = schema::meta(&client, "created_at").await?;
             Ok((last, created.unwrap_or_default()))
+        })
+    }
+
+    fn closed_owners(&self) -> Result<Vec<String>, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            let rows =
+                client.query("SELECT owner_id FROM owners WHERE closed_at IS NOT NULL", &[]).await.map_err(pg_error)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
         })
     }
 

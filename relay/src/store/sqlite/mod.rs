@@ -29,8 +29,8 @@ use owners::{apply, check_quota, existing_owner, owner_or_register, owner_row, D
 use schema::{bump, meta_get, meta_u64, set_meta, COUNTERS, SCHEMA};
 
 use super::{
-    BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent, OwnerState,
-    PullPage, PushOutcome, RelayStats, RelayStore, StoreError,
+    BlobData, BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent,
+    OwnerState, PullPage, PushOutcome, RelayStats, RelayStore, StoreError,
 };
 
 const READER_POOL: usize = 8;
@@ -433,7 +433,7 @@ impl RelayStore for SqliteStore {
         owner_id: &str,
         token_hash: &str,
         hash: &str,
-        bytes: &[u8],
+        data: BlobData<'_>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,
@@ -447,7 +447,7 @@ impl RelayStore for SqliteStore {
             if exists {
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
-            let size = bytes.len() as u64;
+            let (size, bytes) = (data.size(), data.stored());
             check_quota(quotas, owner_bytes, meta_u64(tx, "total_bytes")?, size)?;
             tx.prepare_cached(
                 "INSERT INTO blobs (owner_id, hash, data, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -495,6 +495,14 @@ impl RelayStore for SqliteStore {
             let last: Option<String> = meta_get(conn, "last_compaction_at")?;
             let created: Option<String> = meta_get(conn, "created_at")?;
             Ok((last, created.unwrap_or_default()))
+        })
+    }
+
+    fn closed_owners(&self) -> Result<Vec<String>, StoreError> {
+        self.read(|conn| {
+            let mut stmt = conn.prepare_cached("SELECT owner_id FROM owners WHERE closed_at IS NOT NULL")?;
+            let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+            Ok(ids)
         })
     }
 
