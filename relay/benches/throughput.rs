@@ -3,7 +3,9 @@
 //!
 //! `cargo bench -p simplysync-relay --bench throughput [-- RUNS]` (default 3 runs per case).
 //! With `BENCH_RELAY_URL=http://…` it loads that relay instead of starting one (for profiling
-//! a relay under `perf record`).
+//! a relay under `perf record`). With `BENCH_PG=postgres://…/postgres` (a server it may create
+//! databases on) it also measures one PostgreSQL-backed process and three processes on one
+//! database, the same client spreading requests round-robin over them.
 //! Requests are built before timing: the figures are the relay's (plus loopback HTTP and the
 //! load generator sharing the same 2 cores), not the client's encryption.
 
@@ -18,43 +20,96 @@ use simplysync_protocol::{create_recovery_key, encrypt_payload, EventMeta, Ident
 
 const BATCH: usize = 1000;
 
+/// Which store the measured relays use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Sqlite,
+    Postgres(usize),
+}
+
+impl Backend {
+    fn label(self) -> String {
+        match self {
+            Backend::Sqlite => "SQLite, 1 process".into(),
+            Backend::Postgres(n) => format!("PostgreSQL, {n} process{}", if n == 1 { "" } else { "es" }),
+        }
+    }
+}
+
 struct Server {
-    child: Option<Child>,
-    url: String,
+    children: Vec<Child>,
+    urls: Vec<String>,
     dir: std::path::PathBuf,
 }
 
+fn psql(url: &str, sql: &str) {
+    let ok = Command::new("psql").arg(url).args(["-q", "-c", sql]).status().expect("psql runs").success();
+    assert!(ok, "{sql}");
+}
+
 impl Server {
-    fn start(run: usize) -> Server {
+    fn start(backend: Backend, run: usize) -> Server {
         if let Ok(url) = std::env::var("BENCH_RELAY_URL") {
-            return Server { child: None, url, dir: std::env::temp_dir().join("simplysync-bench-external") };
+            return Server {
+                children: Vec::new(),
+                urls: vec![url],
+                dir: std::env::temp_dir().join("simplysync-bench-external"),
+            };
         }
         let dir = std::env::temp_dir().join(format!("simplysync-bench-{}-{run}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
-            .env("PORT", "0")
-            .env("DB_PATH", dir.join("relay.sqlite"))
-            .env("RUST_LOG", "warn")
-            .env("COMPACTION_INTERVAL_MS", "0")
-            .env("MAX_TOTAL_BYTES", "100000000000")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start the relay");
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.trim().strip_prefix("simplysync-relay listening on ").expect("address line").to_owned();
-        Server { child: Some(child), url, dir }
+        let (processes, database_url) = match backend {
+            Backend::Sqlite => (1, None),
+            Backend::Postgres(n) => {
+                let admin = std::env::var("BENCH_PG").expect("BENCH_PG");
+                let name = format!("bench_{}_{run}_{n}", std::process::id());
+                psql(&admin, &format!("DROP DATABASE IF EXISTS {name}"));
+                psql(&admin, &format!("CREATE DATABASE {name}"));
+                (n, Some(format!("{}/{name}", admin.rsplit_once('/').unwrap().0)))
+            }
+        };
+        let mut server = Server { children: Vec::new(), urls: Vec::new(), dir: dir.clone() };
+        for _ in 0..processes {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"));
+            cmd.env("PORT", "0")
+                .env("DB_PATH", dir.join("relay.sqlite"))
+                .env("RUST_LOG", "warn")
+                .env("COMPACTION_INTERVAL_MS", "0")
+                .env("MAX_TOTAL_BYTES", "100000000000")
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null());
+            if let Some(url) = &database_url {
+                cmd.env("DATABASE_URL", url);
+            }
+            let mut child = cmd.spawn().expect("start the relay");
+            let mut line = String::new();
+            BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+            let url = line.trim().strip_prefix("simplysync-relay listening on ").expect("address line").to_owned();
+            server.urls.push(url);
+            server.children.push(child);
+        }
+        server
     }
 }
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        for mut child in self.children.drain(..) {
             let _ = child.kill();
             let _ = child.wait();
-            let _ = std::fs::remove_dir_all(&self.dir);
         }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Picks the next relay process for each request.
+#[derive(Clone)]
+struct Urls(Arc<(Vec<String>, std::sync::atomic::AtomicUsize)>);
+
+impl Urls {
+    fn next(&self) -> &str {
+        let i = self.0 .1.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.0 .0[i % self.0 .0.len()]
     }
 }
 
@@ -93,17 +148,19 @@ fn owner_load(events: usize) -> OwnerLoad {
     OwnerLoad { owner_id: id.owner_id().to_owned(), token: id.relay_auth().to_owned(), bodies, events }
 }
 
-async fn push_all(client: &reqwest::Client, url: &str, load: &OwnerLoad) {
+async fn push_all(client: &reqwest::Client, urls: &Urls, load: &OwnerLoad) {
     for body in &load.bodies {
+        let url = urls.next();
         let r =
             client.post(format!("{url}/v1/events")).bearer_auth(&load.token).body(body.clone()).send().await.unwrap();
         assert_eq!(r.status(), 200);
     }
 }
 
-async fn pull_all(client: &reqwest::Client, url: &str, load: &OwnerLoad) -> usize {
+async fn pull_all(client: &reqwest::Client, urls: &Urls, load: &OwnerLoad) -> usize {
     let (mut after, mut n) = (String::from("0"), 0);
     loop {
+        let url = urls.next();
         let r = client
             .get(format!("{url}/v1/events?ownerId={}&after={after}&limit={BATCH}", load.owner_id))
             .bearer_auth(&load.token)
@@ -128,48 +185,61 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
-    println!("| owners | events | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
-    println!("|---|---|---|---|---|");
+    let mut backends = vec![Backend::Sqlite];
+    if std::env::var("BENCH_PG").is_ok() {
+        backends.extend([Backend::Postgres(1), Backend::Postgres(3)]);
+    }
+    println!("| store | owners | events | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
+    println!("|---|---|---|---|---|---|");
     for (owners, per_owner) in [(1usize, 100_000usize), (16, 10_000)] {
         let loads: Vec<Arc<OwnerLoad>> = (0..owners).map(|_| Arc::new(owner_load(per_owner))).collect();
         let stored_size = loads[0].bodies[0].len() / BATCH.min(per_owner);
-        let (mut push, mut pull) = (Vec::new(), Vec::new());
-        for run in 0..runs {
-            let server = Server::start(run);
-            let _ = rustls::crypto::ring::default_provider().install_default();
-            let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
-            let total: usize = loads.iter().map(|l| l.events).sum();
-            let started = Instant::now();
-            let tasks: Vec<_> = loads
-                .iter()
-                .map(|l| {
-                    let (c, u, l) = (client.clone(), server.url.clone(), Arc::clone(l));
-                    tokio::spawn(async move { push_all(&c, &u, &l).await })
-                })
-                .collect();
-            for t in tasks {
-                t.await.unwrap();
+        for &backend in &backends {
+            let (mut push, mut pull) = (Vec::new(), Vec::new());
+            for run in 0..runs {
+                let server = Server::start(backend, run);
+                let urls = Urls(Arc::new((server.urls.clone(), Default::default())));
+                let _ = rustls::crypto::ring::default_provider().install_default();
+                let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+                let total: usize = loads.iter().map(|l| l.events).sum();
+                let started = Instant::now();
+                let tasks: Vec<_> = loads
+                    .iter()
+                    .map(|l| {
+                        let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
+                        tokio::spawn(async move { push_all(&c, &u, &l).await })
+                    })
+                    .collect();
+                for t in tasks {
+                    t.await.unwrap();
+                }
+                push.push(total as f64 / started.elapsed().as_secs_f64());
+                let started = Instant::now();
+                let tasks: Vec<_> = loads
+                    .iter()
+                    .map(|l| {
+                        let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
+                        tokio::spawn(async move { pull_all(&c, &u, &l).await })
+                    })
+                    .collect();
+                let mut pulled = 0;
+                for t in tasks {
+                    pulled += t.await.unwrap();
+                }
+                assert_eq!(pulled, total);
+                pull.push(total as f64 / started.elapsed().as_secs_f64());
             }
-            push.push(total as f64 / started.elapsed().as_secs_f64());
-            let started = Instant::now();
-            let tasks: Vec<_> = loads
-                .iter()
-                .map(|l| {
-                    let (c, u, l) = (client.clone(), server.url.clone(), Arc::clone(l));
-                    tokio::spawn(async move { pull_all(&c, &u, &l).await })
-                })
-                .collect();
-            let mut pulled = 0;
-            for t in tasks {
-                pulled += t.await.unwrap();
-            }
-            assert_eq!(pulled, total);
-            pull.push(total as f64 / started.elapsed().as_secs_f64());
+            let fmt = |v: &Vec<f64>| {
+                let (lo, hi) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
+                format!("{:.0} [{:.0}–{:.0}]", median(v.clone()), lo, hi)
+            };
+            println!(
+                "| {} | {owners} | {} | {} | {} | {stored_size} |",
+                backend.label(),
+                owners * per_owner,
+                fmt(&push),
+                fmt(&pull)
+            );
         }
-        let fmt = |v: &Vec<f64>| {
-            let (lo, hi) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
-            format!("{:.0} [{:.0}–{:.0}]", median(v.clone()), lo, hi)
-        };
-        println!("| {owners} | {} | {} | {} | {stored_size} |", owners * per_owner, fmt(&push), fmt(&pull));
     }
 }

@@ -83,21 +83,24 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayErr
     }
 }
 
+/// Opens the PostgreSQL store at `DATABASE_URL` (running its migrations).
+pub async fn open_postgres(config: &Config, url: &str) -> Result<store::postgres::PgStore, RelayError> {
+    let failed = |source| RelayError::Store { path: store_location(config), source };
+    let options = store::postgres::PgOptions {
+        url: url.to_owned(),
+        quotas: store_options(config).quotas,
+        registration: store_options(config).registration,
+        request_timeout_ms: config.request_timeout_ms,
+        pool_size: config.database_pool_size,
+    };
+    let fresh = store::new_epoch().map_err(failed)?;
+    store::postgres::PgStore::open(options, &fresh, &clock::now_iso()).await.map_err(failed)
+}
+
 async fn open_database(config: &Config) -> Result<Arc<dyn RelayStore>, RelayError> {
     let failed = |source| RelayError::Store { path: store_location(config), source };
     match &config.database_url {
-        Some(url) => {
-            let options = store::postgres::PgOptions {
-                url: url.0.clone(),
-                quotas: store_options(config).quotas,
-                registration: store_options(config).registration,
-                request_timeout_ms: config.request_timeout_ms,
-                pool_size: config.database_pool_size,
-            };
-            let fresh = store::new_epoch().map_err(failed)?;
-            let pg = store::postgres::PgStore::open(options, &fresh, &clock::now_iso()).await.map_err(failed)?;
-            Ok(Arc::new(pg))
-        }
+        Some(url) => Ok(Arc::new(open_postgres(config, &url.0).await?)),
         None => {
             let config = config.clone();
             let opened = tokio::task::spawn_blocking(move || {

@@ -22,6 +22,13 @@ enum Command {
     /// Give the database at DB_PATH a new epoch (after restoring it from a backup): every
     /// device re-uploads what it holds. Stop the relay first.
     RotateEpoch,
+    /// Copy a SQLite relay database into the empty PostgreSQL database at DATABASE_URL, keeping
+    /// its epoch and seqs (devices' cursors stay valid). Stop the SQLite relay first.
+    ImportSqlite {
+        /// The SQLite database file to copy.
+        #[arg(long)]
+        from: std::path::PathBuf,
+    },
 }
 
 fn settings_help() -> String {
@@ -110,6 +117,28 @@ fn main() -> ExitCode {
                         "deletedEvents": report.deleted_events,
                         "reclaimedBytes": report.reclaimed_bytes,
                         "durationMs": report.duration_ms,
+                    })
+                );
+                Ok(())
+            }
+            Command::ImportSqlite { from } => {
+                let Some(url) = &config.database_url else {
+                    return Err(simplysync_relay::RelayError::Io(std::io::Error::other(
+                        "import-sqlite copies into PostgreSQL: set DATABASE_URL",
+                    )));
+                };
+                let pg = simplysync_relay::open_postgres(&config, &url.0).await?;
+                let report = pg.import_sqlite(&from).await.map_err(|source| simplysync_relay::RelayError::Store {
+                    path: simplysync_relay::store_location(&config),
+                    source,
+                })?;
+                println!(
+                    "{}",
+                    serde_json::json!({
+                        "owners": report.owners,
+                        "events": report.events,
+                        "blobs": report.blobs,
+                        "headSeq": report.head_seq,
                     })
                 );
                 Ok(())

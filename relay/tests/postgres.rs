@@ -130,3 +130,59 @@ async fn the_database_password_never_reaches_the_log() {
     assert!(log.contains(&format!("{role}:***@")), "{log}");
     assert!(!log.contains("hunter2-secret"), "{log}");
 }
+
+#[tokio::test]
+async fn a_sqlite_relay_imported_into_postgres_keeps_its_epoch_seqs_and_cursors() {
+    let mut old = Relay::start_on(Backend::Sqlite, &[]);
+    let (alice, bob) = (Owner::new(), Owner::new());
+    old.push(&alice, &[alice.event("a", 1), alice.event("b", 2)]).await;
+    old.push(&bob, &[bob.event("x", 1)]).await;
+    old.push(&alice, &[alice.event("c", 3)]).await;
+    let chunk = b"an encrypted chunk".to_vec();
+    let hash = simplysync_protocol::identity::sha256_base64url(&chunk);
+    old.put_blob(&alice, &hash, chunk.clone()).await;
+    let epoch = old.get("/health", None).await.json()["epoch"].clone();
+    // A device paged up to alice's second event.
+    let first = old.pull(&alice, "", Some(2)).await.json();
+    let cursor = first["nextCursor"].as_str().unwrap().to_owned();
+    let usage = old.status_of(&alice).await.json()["account"].clone();
+    old.send_sigterm();
+    old.wait_exit();
+
+    let url = common::fresh_pg_database();
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .args(["import-sqlite", "--from"])
+        .arg(&old.db)
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report, json!({"owners": 2, "events": 4, "blobs": 1, "headSeq": 4}));
+
+    let new = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str())]);
+    assert_eq!(new.get("/health", None).await.json()["epoch"], epoch, "devices see the same relay");
+    let rest = new.pull(&alice, &cursor, None).await.json();
+    let ids: Vec<&str> = rest["events"].as_array().unwrap().iter().map(|e| e["eventId"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![alice.event("c", 3).event_id.as_str()], "the old cursor continues where it was");
+    assert_eq!(new.status_of(&alice).await.json()["account"], usage, "counters carried over");
+    assert_eq!(new.blob(reqwest::Method::GET, &alice, &hash).await.bytes, chunk);
+    new.push(&bob, &[bob.event("y", 2)]).await;
+    let v = new.pull(&bob, "", None).await.json();
+    assert_eq!(v["nextCursor"], "5", "new seqs continue past the imported ones");
+    assert_eq!(
+        new.push_as(alice.owner_id(), &"w".repeat(43), &[alice.event("d", 4)]).await.status,
+        401,
+        "tokens carried over"
+    );
+
+    // A second import into a database that holds data is refused.
+    let again = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .args(["import-sqlite", "--from"])
+        .arg(&old.db)
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    assert!(String::from_utf8_lossy(&again.stderr).contains("empty"));
+}

@@ -91,3 +91,18 @@ async fn a_database_restored_from_an_older_copy_gets_a_new_epoch() {
     relay.restart();
     assert_eq!(relay.get("/health", None).await.json()["epoch"], after, "and stable from then on");
 }
+
+#[tokio::test]
+async fn a_database_from_a_newer_relay_is_refused_with_its_version_named() {
+    let mut relay = Relay::start(&[]);
+    relay.stop();
+    rusqlite::Connection::open(&relay.db).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .env("DB_PATH", &relay.db)
+        .env("PORT", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("schema version 99") && err.contains("newer relay"), "{err}");
+}

@@ -20,7 +20,10 @@
 //!   async driver (tokio-postgres with a deadpool pool) on the runtime it was opened on.
 
 mod compact;
+mod import;
 mod schema;
+
+pub use import::ImportReport;
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Mutex;

@@ -40,9 +40,20 @@ CREATE TABLE IF NOT EXISTS blobs (
 /// The relay-wide counters kept in `relay_meta` (so no request ever counts rows).
 pub(super) const COUNTERS: [&str; 4] = ["events", "blobs", "owners", "closed_owners"];
 
+/// The schema version this relay writes (`PRAGMA user_version`): 1 the first layout, 2 with
+/// maintained counters.
+pub(super) const SCHEMA_VERSION: i64 = 2;
+
 /// Brings a database made by an earlier relay up to [`SCHEMA`]: per-owner event and stream
-/// counts, and the relay-wide counters, computed once from the rows.
+/// counts, and the relay-wide counters, computed once from the rows. A database a newer relay
+/// wrote is refused (this relay would not know its layout).
 pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+    let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+    if version > SCHEMA_VERSION {
+        return Err(StoreError::Setup(format!(
+            "the database has schema version {version}, written by a newer relay; this relay knows up to {SCHEMA_VERSION}"
+        )));
+    }
     let has_counts: bool =
         conn.query_row("SELECT count(*) FROM pragma_table_info('owners') WHERE name = 'event_count'", [], |r| {
             r.get::<_, i64>(0).map(|n| n > 0)
@@ -62,6 +73,9 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
         set_meta(conn, "blobs", &count("SELECT count(*) FROM blobs")?)?;
         set_meta(conn, "owners", &count("SELECT count(*) FROM owners")?)?;
         set_meta(conn, "closed_owners", &count("SELECT count(*) FROM owners WHERE closed_at IS NOT NULL")?)?;
+    }
+    if version != SCHEMA_VERSION {
+        conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
     Ok(())
 }
