@@ -15,14 +15,16 @@ start)
   port="$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
   nohup "$py" -m moto.server -H 127.0.0.1 -p "$port" >"$dir/moto.log" 2>&1 &
   echo $! >"$dir/moto.pid"
-  for _ in $(seq 1 100); do
-    python3 - "$port" <<'PY' 2>/dev/null && break
+  up=""
+  for _ in $(seq 1 150); do
+    if python3 - "$port" <<'PY' 2>/dev/null; then up=1; break; fi
 import sys, urllib.request
 urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/", timeout=1)
 PY
     kill -0 "$(cat "$dir/moto.pid")" 2>/dev/null || { cat "$dir/moto.log" >&2; exit 1; }
     sleep 0.1
   done
+  [ -n "$up" ] || { echo "moto did not answer on port $port within 15 s" >&2; cat "$dir/moto.log" >&2; exit 1; }
   echo "http://127.0.0.1:$port"
   ;;
 stop)

@@ -44,6 +44,24 @@ pub fn next_due(last: Option<&str>, created: &str, interval_ms: u64) -> u64 {
     base.saturating_add(interval_ms)
 }
 
+/// How often the store's upkeep ([`RelayStore::maintain`]) runs, besides once at start.
+pub const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(300);
+
+/// Runs the store's upkeep at start and every `every`, until `cancel` is set.
+pub async fn maintain(store: Arc<dyn RelayStore>, every: Duration, cancel: Arc<AtomicBool>) {
+    loop {
+        let s = store.clone();
+        let _ = tokio::task::spawn_blocking(move || s.maintain()).await;
+        let next = tokio::time::Instant::now() + every;
+        while tokio::time::Instant::now() < next {
+            if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1000).min(every)).await;
+        }
+    }
+}
+
 /// Runs a pass whenever one is due, until `cancel` is set.
 pub async fn schedule(store: Arc<dyn RelayStore>, metrics: Arc<Metrics>, interval_ms: u64, cancel: Arc<AtomicBool>) {
     loop {

@@ -78,7 +78,10 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayErr
     let failed = |source| RelayError::Store { path: store_location(config), source };
     let database = open_database(config).await?;
     match &config.blob_store_url {
-        Some(url) => Ok(Arc::new(store::objects::ObjectBlobs::open(database, url).map_err(failed)?)),
+        Some(url) => {
+            let timeout = Duration::from_millis(config.request_timeout_ms);
+            Ok(Arc::new(store::objects::ObjectBlobs::open(database, url, timeout).map_err(failed)?))
+        }
         None => Ok(database),
     }
 }
@@ -173,6 +176,9 @@ pub async fn serve_on(
             state.cancel.clone(),
         ))
     });
+    if config.blob_store_url.is_some() {
+        tokio::spawn(compaction::maintain(state.store.clone(), compaction::MAINTENANCE_INTERVAL, state.cancel.clone()));
+    }
     tracing::info!(%addr, db = %store_location(&config), epoch = store.epoch(), "relay started");
     let rules = net::ConnectionRules {
         max_connections: config.admission.max_connections,

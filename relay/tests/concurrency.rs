@@ -147,3 +147,23 @@ async fn concurrent_pushes_never_take_an_owner_past_the_quota() {
     assert_eq!(account["events"].as_u64().unwrap(), (16 - refused) * 5, "{account}");
     assert_eq!(relay.pull_all(&alice).await.0.len() as u64, (16 - refused) * 5);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn max_owners_holds_when_first_pushes_of_many_owners_race() {
+    let relay = Arc::new(Relay::start(&[("MAX_OWNERS", "3")]));
+    let tasks: Vec<_> = (0..12)
+        .map(|i| {
+            let relay = relay.clone();
+            tokio::spawn(async move {
+                let owner = Owner::new();
+                relay.push(&owner, &[owner.event("r", i)]).await.status.as_u16()
+            })
+        })
+        .collect();
+    let mut statuses = Vec::new();
+    for t in tasks {
+        statuses.push(t.await.unwrap());
+    }
+    assert_eq!(statuses.iter().filter(|s| **s == 200).count(), 3, "{statuses:?}");
+    assert!(statuses.iter().all(|s| *s == 200 || *s == 403), "{statuses:?}");
+}

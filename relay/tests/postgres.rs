@@ -186,3 +186,42 @@ async fn a_sqlite_relay_imported_into_postgres_keeps_its_epoch_seqs_and_cursors(
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("empty"));
 }
+
+#[tokio::test]
+async fn compaction_keeps_the_newest_event_in_byte_order_whatever_the_databases_collation() {
+    // A database whose default collation is ICU en-US: 'a' sorts before 'B' there, after it in
+    // byte order (the HLC's order, and SQLite's).
+    let admin = std::env::var("SIMPLYSYNC_TEST_PG").unwrap();
+    let name = format!("icu_{}", common::fresh_pg_database().rsplit('/').next().unwrap());
+    psql(&admin, &format!("CREATE DATABASE {name} LOCALE_PROVIDER icu ICU_LOCALE 'en-US' TEMPLATE template0"));
+    let url = format!("{}/{name}", admin.rsplit_once('/').unwrap().0);
+    assert_eq!(psql(&url, "SELECT 'x-a' < 'x-B'"), "t", "the collation under test orders a before B");
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str()), ("ADMIN_TOKEN", "ops")]);
+    let mut lower = Owner::new();
+    lower.device = "a".into();
+    let mut upper = lower.clone();
+    upper.device = "B".into();
+    // The same row, the same millisecond and counter: the device id decides, bytewise "a" > "B".
+    let (newest, older) = (lower.event("row", 1), upper.event("row", 1));
+    assert!(newest.event_id.as_bytes() > older.event_id.as_bytes());
+    relay.push(&lower, &[older.clone(), newest.clone()]).await;
+    relay.post_json("/ops/compact", Some("ops"), json!({})).await;
+    let (kept, _) = relay.pull_all(&lower).await;
+    let ids: Vec<&str> = kept.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, vec![newest.event_id.as_str()]);
+}
+
+#[tokio::test]
+async fn a_database_migrated_by_a_newer_relay_is_refused_with_its_version_named() {
+    let url = common::fresh_pg_database();
+    drop(Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str())]));
+    psql(&url, "INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'later')");
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .env("DATABASE_URL", &url)
+        .env("PORT", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("schema version 99") && err.contains("newer relay"), "{err}");
+}

@@ -106,3 +106,25 @@ async fn a_database_from_a_newer_relay_is_refused_with_its_version_named() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("schema version 99") && err.contains("newer relay"), "{err}");
 }
+
+#[tokio::test]
+async fn a_database_from_before_the_counters_gets_them_counted_on_open() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    let v: Vec<SyncEnvelope> = (1..=5).map(|n| alice.event(if n % 2 == 0 { "even" } else { "odd" }, n)).collect();
+    relay.push(&alice, &v).await;
+    relay.stop();
+    let c = rusqlite::Connection::open(&relay.db).unwrap();
+    c.execute_batch(
+        "ALTER TABLE owners DROP COLUMN event_count; ALTER TABLE owners DROP COLUMN stream_count;
+         DELETE FROM relay_meta WHERE key IN ('events', 'blobs', 'owners', 'closed_owners');",
+    )
+    .unwrap();
+    drop(c);
+    relay.restart();
+    let account = relay.status_of(&alice).await.json()["account"].clone();
+    assert_eq!((account["events"].as_u64(), account["streams"].as_u64()), (Some(5), Some(2)), "{account}");
+    let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    assert!(metrics.contains("simplysync_stored_events 5\n"), "{metrics}");
+    assert!(metrics.contains("simplysync_owners 1\n"), "{metrics}");
+}

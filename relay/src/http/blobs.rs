@@ -91,6 +91,10 @@ pub async fn get(
     let o = t.owner.clone();
     let found = blocking(&st, move |s| s.get_blob(&o, &t.token_hash, &t.hash)).await?;
     let bytes = found.ok_or_else(|| ApiError::NotFound("no blob chunk with this hash for this owner".into()))?;
+    if bytes.is_empty() {
+        // Stored in object storage, but this relay runs without BLOB_STORE_URL.
+        return Err(ApiError::Internal("a chunk lives in object storage but BLOB_STORE_URL is not set".into()));
+    }
     Ok((
         Owner(t.owner),
         [

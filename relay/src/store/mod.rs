@@ -358,6 +358,12 @@ pub trait RelayStore: Send + Sync + 'static {
     /// The ids of closed owners (their blob objects must be gone).
     fn closed_owners(&self) -> Result<Vec<String>, StoreError>;
 
+    /// Periodic upkeep beyond compaction (deleting closed owners' blob objects); returns how
+    /// many things it removed. Nothing to do by default.
+    fn maintain(&self) -> Result<u64, StoreError> {
+        Ok(0)
+    }
+
     /// Relay-wide figures.
     fn stats(&self) -> Result<RelayStats, StoreError>;
 

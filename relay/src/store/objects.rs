@@ -4,11 +4,14 @@
 //! A wrapper around either database backend: an upload goes to the object store **before** its
 //! metadata commits (so a committed row always has its object), keyed
 //! `{prefix}/{ownerId}/{hash}` (content-addressed: uploading the same chunk twice writes the
-//! same bytes). An upload whose metadata is then refused (quota, registration) deletes its
-//! object again unless the chunk became present meanwhile. Closing an owner deletes its
-//! objects (its whole key prefix) right after the rows; if the object store is unreachable
-//! then, the scheduled pass (with compaction) deletes the prefixes of every closed owner again
-//! until they are gone.
+//! same bytes). An upload whose metadata is then refused leaves its object in place: another
+//! upload of the same chunk may have committed a row that points at it meanwhile, and deleting
+//! a chunk someone holds would lose data, while an orphan only costs storage. Closing an owner
+//! deletes its objects (its whole key prefix) right after the rows; the maintenance pass
+//! ([`ObjectBlobs::sweep_closed_owners`], at start and every few minutes) deletes the prefixes
+//! of closed owners again until they are gone, so an outage during a close is caught up.
+//! Every object-store call is bounded by the request timeout; its errors are logged with their
+//! details, and clients hear only that the object store did not answer.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -29,6 +32,7 @@ pub struct ObjectBlobs {
     objects: Arc<dyn ObjectStore>,
     prefix: String,
     handle: tokio::runtime::Handle,
+    timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for ObjectBlobs {
@@ -37,8 +41,17 @@ impl std::fmt::Debug for ObjectBlobs {
     }
 }
 
+/// Maps an object-store failure: details (endpoint, bucket, key, the store's own message) go to
+/// the log only. Missing objects and refused credentials are not going to improve by retrying.
 fn object_error(e: object_store::Error) -> StoreError {
-    StoreError::Busy(format!("object store: {e}"))
+    tracing::warn!(error = %e, "object store request failed");
+    match e {
+        object_store::Error::NotFound { .. }
+        | object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. }
+        | object_store::Error::NotSupported { .. } => StoreError::Backend(format!("object store: {e}")),
+        _ => StoreError::Busy("the object store did not answer; try again".into()),
+    }
 }
 
 /// Splits `s3://bucket/some/prefix` into the bucket and the prefix (without slashes at its ends).
@@ -54,23 +67,43 @@ pub fn parse_url(url: &str) -> Result<(String, String), String> {
 impl ObjectBlobs {
     /// Wraps `inner`, keeping chunks in the S3 bucket of `url` (credentials, region and
     /// endpoint from the usual `AWS_*` environment variables). Call within a tokio runtime.
-    pub fn open(inner: Arc<dyn RelayStore>, url: &str) -> Result<ObjectBlobs, StoreError> {
+    pub fn open(
+        inner: Arc<dyn RelayStore>,
+        url: &str,
+        timeout: std::time::Duration,
+    ) -> Result<ObjectBlobs, StoreError> {
         let (bucket, prefix) = parse_url(url).map_err(|e| StoreError::Setup(format!("BLOB_STORE_URL: {e}")))?;
         let s3 = object_store::aws::AmazonS3Builder::from_env()
             .with_bucket_name(bucket)
             .build()
             .map_err(|e| StoreError::Setup(format!("BLOB_STORE_URL: {e}")))?;
-        Ok(ObjectBlobs::with_store(inner, Arc::new(s3), &prefix))
+        Ok(ObjectBlobs::with_store(inner, Arc::new(s3), &prefix, timeout))
     }
 
-    /// Wraps `inner` with any object store (tests use the in-memory one).
-    pub fn with_store(inner: Arc<dyn RelayStore>, objects: Arc<dyn ObjectStore>, prefix: &str) -> ObjectBlobs {
+    /// Wraps `inner` with any object store; each call to it is bounded by `timeout`.
+    pub fn with_store(
+        inner: Arc<dyn RelayStore>,
+        objects: Arc<dyn ObjectStore>,
+        prefix: &str,
+        timeout: std::time::Duration,
+    ) -> ObjectBlobs {
         ObjectBlobs {
             inner,
             objects,
             prefix: prefix.trim_matches('/').to_owned(),
             handle: tokio::runtime::Handle::current(),
+            timeout,
         }
+    }
+
+    /// Runs one object-store call on the runtime, within the timeout.
+    fn call<T>(&self, fut: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.handle.block_on(async {
+            tokio::time::timeout(self.timeout, fut).await.unwrap_or_else(|_| {
+                tracing::warn!(timeout_ms = self.timeout.as_millis() as u64, "object store call timed out");
+                Err(StoreError::Busy("the object store did not answer in time; try again".into()))
+            })
+        })
     }
 
     fn owner_prefix(&self, owner_id: &str) -> Path {
@@ -103,16 +136,13 @@ impl ObjectBlobs {
     }
 
     /// Deletes the objects of every closed owner (idempotent; after an outage it finishes what
-    /// a close could not).
+    /// a close could not). Lists each closed owner's prefix: one LIST request per closed owner.
     pub fn sweep_closed_owners(&self) -> Result<u64, StoreError> {
-        let owners = self.inner.closed_owners()?;
-        self.handle.block_on(async {
-            let mut deleted = 0;
-            for owner in owners {
-                deleted += self.delete_owner_objects(&owner).await?;
-            }
-            Ok(deleted)
-        })
+        let mut deleted = 0;
+        for owner in self.inner.closed_owners()? {
+            deleted += self.call(self.delete_owner_objects(&owner))?;
+        }
+        Ok(deleted)
     }
 }
 
@@ -166,7 +196,7 @@ impl RelayStore for ObjectBlobs {
         deadline: Deadline,
     ) -> Result<CloseResponse, StoreError> {
         let closed = self.inner.close_owner(owner_id, token_hash, now, deadline)?;
-        if let Err(e) = self.handle.block_on(self.delete_owner_objects(owner_id)) {
+        if let Err(e) = self.call(self.delete_owner_objects(owner_id)) {
             tracing::warn!(error = %e, "a closed owner's blob objects are not deleted yet; the scheduled pass retries");
         }
         Ok(closed)
@@ -209,7 +239,7 @@ impl RelayStore for ObjectBlobs {
             Some(inline) if !inline.is_empty() => Ok(Some(inline)),
             Some(_) => {
                 let key = self.key(owner_id, hash);
-                let bytes = self.handle.block_on(async {
+                let bytes = self.call(async {
                     let got = self.objects.get(&key).await.map_err(|e| match e {
                         object_store::Error::NotFound { .. } => {
                             StoreError::Backend(format!("blob object {key} is missing from the object store"))
@@ -229,13 +259,24 @@ impl RelayStore for ObjectBlobs {
     }
 
     fn compact_all(&self, now: &str, cancel: &AtomicBool) -> Result<CompactionReport, StoreError> {
-        let report = self.inner.compact_all(now, cancel)?;
+        let report = self.inner.compact_all(now, cancel);
+        let _ = self.maintain();
+        report
+    }
+
+    fn maintain(&self) -> Result<u64, StoreError> {
         match self.sweep_closed_owners() {
-            Ok(n) if n > 0 => tracing::info!(objects = n, "deleted blob objects of closed owners"),
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "closed owners' blob objects not deleted; next pass retries"),
+            Ok(n) => {
+                if n > 0 {
+                    tracing::info!(objects = n, "deleted blob objects of closed owners");
+                }
+                Ok(n)
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "closed owners' blob objects not deleted yet; the next pass retries");
+                Err(e)
+            }
         }
-        Ok(report)
     }
 
     fn compaction_times(&self) -> Result<(Option<String>, String), StoreError> {

@@ -28,7 +28,10 @@ pub(super) async fn compact_all(
         return Ok(CompactionReport { complete: false, ..CompactionReport::default() });
     }
     let result = run(store, &mut lock_holder, now, cancel, started).await;
-    let _ = lock_holder.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_COMPACT]).await;
+    if lock_holder.execute("SELECT pg_advisory_unlock($1)", &[&LOCK_COMPACT]).await.is_err() {
+        // The session still holds the lock: never hand that connection to anyone else.
+        drop(deadpool_postgres::Object::take(lock_holder));
+    }
     result
 }
 

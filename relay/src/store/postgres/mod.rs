@@ -48,19 +48,24 @@ pub const TOTAL_REFRESH: Duration = Duration::from_secs(5);
 pub(super) fn pg_error(e: tokio_postgres::Error) -> StoreError {
     let text = e.as_db_error().map_or_else(|| e.to_string(), |d| d.message().to_owned());
     match e.code() {
-        Some(c) if *c == SqlState::DISK_FULL || *c == SqlState::OUT_OF_MEMORY => StoreError::StorageFull(text),
+        Some(c) if *c == SqlState::DISK_FULL => StoreError::StorageFull(text),
         Some(c)
             if *c == SqlState::LOCK_NOT_AVAILABLE
                 || *c == SqlState::QUERY_CANCELED
                 || *c == SqlState::T_R_SERIALIZATION_FAILURE
                 || *c == SqlState::T_R_DEADLOCK_DETECTED
                 || *c == SqlState::TOO_MANY_CONNECTIONS
-                || *c == SqlState::CANNOT_CONNECT_NOW =>
+                || *c == SqlState::CANNOT_CONNECT_NOW
+                || *c == SqlState::ADMIN_SHUTDOWN
+                || *c == SqlState::CRASH_SHUTDOWN
+                || *c == SqlState::OUT_OF_MEMORY
+                || c.code().starts_with("08") =>
         {
             StoreError::Busy(text)
         }
-        _ if e.is_closed() => StoreError::Busy(format!("connection lost: {text}")),
-        _ => StoreError::Backend(text),
+        Some(_) => StoreError::Backend(text),
+        // Not the server's answer: the connection failed or was lost.
+        None => StoreError::Busy(format!("the database did not answer: {text}")),
     }
 }
 
@@ -85,15 +90,30 @@ impl std::fmt::Debug for PgOptions {
     }
 }
 
-/// A URL without its password (for logs and errors).
+/// A URL without its password (for logs and errors): the userinfo's and a `password=` query
+/// parameter's.
 pub fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
+    let (base, query) = url.split_once('?').map_or((url, None), |(b, q)| (b, Some(q)));
+    let base = match (base.find("://"), base.rfind('@')) {
         (Some(s), Some(at)) if at > s => {
-            let userinfo = &url[s + 3..at];
+            let userinfo = &base[s + 3..at];
             let user = userinfo.split(':').next().unwrap_or("");
-            format!("{}{}:***{}", &url[..s + 3], user, &url[at..])
+            format!("{}{}:***{}", &base[..s + 3], user, &base[at..])
         }
-        _ => url.to_owned(),
+        _ => base.to_owned(),
+    };
+    match query {
+        None => base,
+        Some(q) => {
+            let params: Vec<String> = q
+                .split('&')
+                .map(|p| match p.split_once('=') {
+                    Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                    _ => p.to_owned(),
+                })
+                .collect();
+            format!("{base}?{}", params.join("&"))
+        }
     }
 }
 
@@ -104,8 +124,9 @@ pub struct PgStore {
     epoch: String,
     quotas: Quotas,
     registration: Registration,
-    /// The relay-wide byte total as last read, when, and what this process added since.
-    total: Mutex<(i64, Instant, i64)>,
+    /// The relay-wide byte total as last read, when (never: `None`), and what this process
+    /// added since.
+    total: Mutex<(i64, Option<Instant>, i64)>,
     request_timeout: Duration,
 }
 
@@ -206,7 +227,7 @@ impl PgStore {
             epoch,
             quotas: options.quotas,
             registration: options.registration,
-            total: Mutex::new((0, Instant::now() - TOTAL_REFRESH * 2, 0)),
+            total: Mutex::new((0, None, 0)),
             request_timeout: Duration::from_millis(statement),
         })
     }
@@ -241,6 +262,8 @@ impl PgStore {
             return Err(StoreError::RegistrationRefused(Refusal::Closed));
         }
         if let Some(max) = rules.max_owners {
+            // Registrations take turns while a cap applies, so concurrent ones cannot overshoot it.
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&schema::LOCK_REGISTER]).await.map_err(pg_error)?;
             let n: i64 = tx.query_one("SELECT count(*) FROM owners", &[]).await.map_err(pg_error)?.get(0);
             if n as u64 >= max {
                 return Err(StoreError::RegistrationRefused(Refusal::Full(max)));
@@ -267,7 +290,7 @@ impl PgStore {
     async fn total_bytes(&self, c: &impl GenericClient) -> Result<i64, StoreError> {
         {
             let t = self.total.lock().unwrap_or_else(|p| p.into_inner());
-            if t.1.elapsed() < TOTAL_REFRESH {
+            if t.1.is_some_and(|at| at.elapsed() < TOTAL_REFRESH) {
                 return Ok(t.0 + t.2);
             }
         }
@@ -276,7 +299,7 @@ impl PgStore {
             .await
             .map_err(pg_error)?
             .get(0);
-        *self.total.lock().unwrap_or_else(|p| p.into_inner()) = (sum, Instant::now(), 0);
+        *self.total.lock().unwrap_or_else(|p| p.into_inner()) = (sum, Some(Instant::now()), 0);
         Ok(sum)
     }
 
@@ -737,5 +760,9 @@ mod tests {
         assert_eq!(redact("postgres://relay:s3cret@db:5432/relay"), "postgres://relay:***@db:5432/relay");
         assert_eq!(redact("postgres://db/relay"), "postgres://db/relay");
         assert!(!redact("postgres://u:p@ss@h/d").contains("p@ss"));
+        assert_eq!(
+            redact("postgres://h/d?user=relay&password=s3cret&sslmode=disable"),
+            "postgres://h/d?user=relay&password=***&sslmode=disable"
+        );
     }
 }

@@ -10,6 +10,7 @@ use crate::store::StoreError;
 /// Advisory lock keys (one namespace per purpose; arbitrary constants).
 pub(super) const LOCK_MIGRATE: i64 = 0x5353_5f4d_4947;
 pub(super) const LOCK_COMPACT: i64 = 0x5353_5f43_4d50;
+pub(super) const LOCK_REGISTER: i64 = 0x5353_5f52_4547;
 
 /// `(version, SQL)`, applied in order, each once.
 const MIGRATIONS: &[(i32, &str)] = &[(
@@ -30,8 +31,8 @@ const MIGRATIONS: &[(i32, &str)] = &[(
      CREATE TABLE events (
          seq       BIGINT PRIMARY KEY,
          owner_id  TEXT NOT NULL,
-         event_id  TEXT NOT NULL,
-         stream_id TEXT,
+         event_id  TEXT COLLATE \"C\" NOT NULL,
+         stream_id TEXT COLLATE \"C\",
          envelope  TEXT NOT NULL,
          bytes     BIGINT NOT NULL,
          CONSTRAINT events_owner_event UNIQUE (owner_id, event_id)
@@ -56,6 +57,8 @@ pub(super) async fn migrate(
     now: &str,
 ) -> Result<String, StoreError> {
     let tx = client.transaction().await.map_err(pg_error)?;
+    // A migration (or waiting for another process's) may take longer than a request.
+    tx.batch_execute("SET LOCAL statement_timeout = 0; SET LOCAL lock_timeout = 0").await.map_err(pg_error)?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&LOCK_MIGRATE]).await.map_err(pg_error)?;
     tx.batch_execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)",
@@ -69,6 +72,12 @@ pub(super) async fn migrate(
         .iter()
         .map(|r| r.get(0))
         .collect();
+    let known = MIGRATIONS.iter().map(|(v, _)| *v).max().unwrap_or(0);
+    if let Some(newer) = applied.iter().copied().filter(|v| *v > known).max() {
+        return Err(StoreError::Setup(format!(
+            "the database has schema version {newer}, migrated by a newer relay; this relay knows up to {known}"
+        )));
+    }
     for (version, sql) in MIGRATIONS {
         if applied.contains(version) {
             continue;
