@@ -128,3 +128,24 @@ async fn a_database_from_before_the_counters_gets_them_counted_on_open() {
     assert!(metrics.contains("simplysync_stored_events 5\n"), "{metrics}");
     assert!(metrics.contains("simplysync_owners 1\n"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_seq_collision_is_an_error_never_a_silently_skipped_event() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    relay.stop();
+    // A damaged database: a row already holds the seq the next push will take.
+    let c = rusqlite::Connection::open(&relay.db).unwrap();
+    c.execute(
+        "INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes) VALUES (2, 'someone-else', 'x', NULL, '{}', 2)",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    relay.restart();
+    let r = relay.push(&alice, &[alice.event("b", 2)]).await;
+    r.assert_error(500, "internal");
+    let (events, _) = relay.pull_all(&alice).await;
+    assert_eq!(events.len(), 1, "nothing was reported stored that is not");
+}
