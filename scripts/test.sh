@@ -33,17 +33,17 @@ cargo test --workspace --locked
 
 # The relay's backend-neutral suites again: one PostgreSQL-backed process, then three
 # processes on one database with requests spread round-robin over them. Not with three: the
-# admission and metrics tests (each process has its own in-flight budget and counters) and
-# observability (its metrics figures are one process's).
+# admission, metrics and waiter-limit tests (each process has its own in-flight budget,
+# counters and waiter limits) and observability (its metrics figures are one process's).
 pg1_suites=(--test contract_events --test contract_blobs --test contract_owner --test contract_ops
-  --test concurrency --test crash --test robustness --test admission --test observability)
+  --test concurrency --test crash --test robustness --test admission --test observability --test live)
 pg3_suites=(--test contract_events --test contract_blobs --test contract_owner --test contract_ops
-  --test concurrency --test crash --test robustness)
+  --test concurrency --test crash --test robustness --test live)
 stage "relay contract suites on PostgreSQL (one process)"
 SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay "${pg1_suites[@]}"
 stage "relay contract suites on PostgreSQL (three processes, round-robin)"
 SIMPLYSYNC_TEST_BACKEND=postgres3 cargo test --locked -p simplysync-relay "${pg3_suites[@]}" \
-  -- --skip metrics_count_requests
+  -- --skip metrics_count_requests --skip waiters_hold_no_place
 stage "relay blob suites with chunks in S3-compatible storage (on SQLite, then PostgreSQL)"
 SIMPLYSYNC_TEST_BLOBS=s3 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
 SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay \

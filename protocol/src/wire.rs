@@ -167,6 +167,10 @@ pub struct HealthResponse {
     /// *Additive*: the database epoch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub epoch: Option<String>,
+    /// The path of the relay's long-poll for head changes (`GET …?ownerId&after&timeoutMs`),
+    /// when it has one (a SimplySync extension; absent: devices poll).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait: Option<String>,
 }
 
 /// Every error response: `{ "error": "<code>", "message": "<text>" }`.

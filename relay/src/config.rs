@@ -39,6 +39,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
     ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
     ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
+    ("LIVE_MAX_WAITERS", "10000", "long-polls (GET /v1/events/wait) one process holds at once; more get 503"),
+    ("LIVE_MAX_WAITERS_PER_OWNER", "16", "long-polls one owner may hold at once; more get 429"),
     (
         "CLIENT_IP_HEADER",
         "(unset)",
@@ -116,6 +118,10 @@ pub struct Admission {
     pub auth_failures_per_minute: u32,
     /// Header that carries the client address (behind a trusted proxy).
     pub client_ip_header: Option<String>,
+    /// Long-polls held at once.
+    pub live_max_waiters: usize,
+    /// Long-polls one owner may hold at once.
+    pub live_max_waiters_per_owner: usize,
 }
 
 impl Default for Admission {
@@ -129,6 +135,8 @@ impl Default for Admission {
             registrations_per_minute: 10,
             auth_failures_per_minute: 30,
             client_ip_header: None,
+            live_max_waiters: 10_000,
+            live_max_waiters_per_owner: 16,
         }
     }
 }
@@ -249,6 +257,8 @@ impl Config {
             registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,
             auth_failures_per_minute: num(&lookup, "AUTH_FAILURES_PER_MINUTE", a.auth_failures_per_minute, 1)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
+            live_max_waiters: num(&lookup, "LIVE_MAX_WAITERS", a.live_max_waiters, 0)?,
+            live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,
         };
         let registration_open = match lookup("REGISTRATION").as_deref().map(str::trim) {
             None | Some("open") => true,

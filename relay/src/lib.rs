@@ -12,6 +12,7 @@ pub mod clock;
 pub mod compaction;
 pub mod config;
 pub mod http;
+pub mod live;
 pub mod metrics;
 pub mod net;
 pub mod ratelimit;
@@ -132,6 +133,7 @@ pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
         compaction_interval_ms: config.compaction_interval_ms,
         request_timeout_ms: config.request_timeout_ms,
         cancel: Arc::new(AtomicBool::new(false)),
+        live: live::Live::new(a.live_max_waiters, a.live_max_waiters_per_owner),
     }
 }
 
@@ -201,6 +203,20 @@ pub async fn serve_on(
         ))
     });
     let router = if metrics_server.is_some() { http::app_without_metrics(state.clone()) } else { app(state.clone()) };
+    if let Some(mut heads) = state.store.subscribe_heads() {
+        let live = state.live.clone();
+        tokio::spawn(async move {
+            while let Some((owner, head)) = heads.recv().await {
+                live.publish(&owner, head);
+            }
+        });
+    }
+    // A shutdown answers every long-poll at once (204), so draining does not wait for them.
+    let live = state.live.clone();
+    let shutdown = async move {
+        shutdown.await;
+        live.close();
+    };
     let drained = net::serve_connections(listener, router, rules, state.metrics.clone(), shutdown, drain).await;
     let _ = stop_metrics.send(());
     // A compaction still running stops between two of its batches.

@@ -77,6 +77,10 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
             }
         }
     }
+    // Long-polls hold no place in the budget: they wait, idle, under limits of their own.
+    if route == "/v1/events/wait" {
+        return next.run(req).await;
+    }
     // A body of unknown length counts as the route's limit (it is read no further than that).
     let Some(permits) =
         st.budget.take(declared.unwrap_or(if matches!(*req.method(), Method::GET | Method::HEAD) { 0 } else { limit }))

@@ -163,6 +163,9 @@ pub async fn push(
     let events = batch.events;
     let outcome = blocking(&st, move |s| s.push(&o, &token_hash, &events, &now, register, Some(deadline))).await?;
     st.metrics.record_push(&outcome);
+    if outcome.accepted > 0 {
+        st.live.publish(&batch.owner, outcome.head_seq);
+    }
     if outcome.registered {
         registered(&st, client);
     }

@@ -12,6 +12,7 @@ pub mod ops;
 pub mod request;
 pub mod status;
 pub mod streams;
+pub mod wait;
 
 use std::convert::Infallible;
 use std::net::{IpAddr, SocketAddr};
@@ -61,6 +62,8 @@ pub struct AppState {
     pub request_timeout_ms: u64,
     /// Set on shutdown: stops a running compaction at a safe point.
     pub cancel: Arc<AtomicBool>,
+    /// Long-polls waiting for owners' heads to move.
+    pub live: Arc<crate::live::Live>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -180,6 +183,7 @@ fn api_routes() -> Router<AppState> {
     Router::new()
         .route("/health", get(status::health))
         .route("/v1/events", post(events::push).get(events::pull))
+        .route("/v1/events/wait", get(wait::wait))
         .route("/v1/streams/compact", post(streams::compact))
         .route("/v1/owner/close", post(streams::close))
         .route("/v1/blobs/{hash}", put(blobs::put).get(blobs::get).head(blobs::head))

@@ -146,6 +146,8 @@ pub struct PushOutcome {
     pub registered: bool,
     /// Bytes added to the owner's usage.
     pub added_bytes: u64,
+    /// The owner's head seq after the push (0 when it stored nothing).
+    pub head_seq: u64,
 }
 
 /// Whether an owner is known here (authentication without any write).
@@ -357,6 +359,12 @@ pub trait RelayStore: Send + Sync + 'static {
 
     /// The ids of closed owners (their blob objects must be gone).
     fn closed_owners(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Heads other relay processes commit, as `(owner, head seq)` notices (the PostgreSQL
+    /// backend listens for them; a single-process store has none). Call within the runtime.
+    fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {
+        None
+    }
 
     /// Periodic upkeep beyond compaction (deleting closed owners' blob objects); returns how
     /// many things it removed. Nothing to do by default.

@@ -287,6 +287,10 @@ impl RelayStore for ObjectBlobs {
         self.inner.closed_owners()
     }
 
+    fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {
+        self.inner.subscribe_heads()
+    }
+
     fn stats(&self) -> Result<RelayStats, StoreError> {
         self.inner.stats()
     }

@@ -367,6 +367,18 @@ impl Relay {
     pub fn log_text(&self) -> String {
         self.log.lock().unwrap().clone()
     }
+
+    /// Whether the log shows `needle` within 5 s (stderr is read by a thread of its own, so a
+    /// line written before a response may arrive after it).
+    pub fn log_shows(&self, needle: &str) -> bool {
+        for _ in 0..100 {
+            if self.log_text().contains(needle) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
 }
 
 impl Drop for Relay {

@@ -128,6 +128,8 @@ pub struct PgStore {
     /// added since.
     total: Mutex<(i64, Option<Instant>, i64)>,
     request_timeout: Duration,
+    /// How to open the connection that listens for other processes' heads.
+    listen_config: tokio_postgres::Config,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -207,6 +209,7 @@ impl PgStore {
         let statement = options.request_timeout_ms.max(100);
         config.options(format!("-c statement_timeout={statement} -c lock_timeout={}", (statement / 2).max(50)));
         config.connect_timeout(Duration::from_millis(statement.min(10_000)));
+        let listen_config = config.clone();
         let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
@@ -229,6 +232,7 @@ impl PgStore {
             registration: options.registration,
             total: Mutex::new((0, None, 0)),
             request_timeout: Duration::from_millis(statement),
+            listen_config,
         })
     }
 
@@ -402,6 +406,11 @@ impl PgStore {
                 .map_err(pg_error)?
                 .get(0);
             out.accepted = fresh.len() as u64;
+            out.head_seq = head.unwrap_or(0).max(0) as u64;
+            // Delivered at commit to every relay process listening (live waiters).
+            tx.execute("SELECT pg_notify('simplysync_heads', $1)", &[&format!("{owner_id} {}", out.head_seq)])
+                .await
+                .map_err(pg_error)?;
             out.added_bytes = added as u64;
             tx.execute(
                 "UPDATE owners SET stored_bytes = stored_bytes + $2, event_count = event_count + $3,
@@ -713,10 +722,59 @@ impl RelayStore for PgStore {
         })
     }
 
+    fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        self.handle.spawn(listen_for_heads(self.listen_config.clone(), tx));
+        Some(rx)
+    }
+
     fn checkpoint(&self) -> Result<CheckpointReport, StoreError> {
         // PostgreSQL checkpoints its own WAL; closing the pool is all a process does.
         self.pool.close();
         Ok(CheckpointReport::default())
+    }
+}
+
+/// Listens for `simplysync_heads` notices (`"<ownerId> <headSeq>"`, sent by every push that
+/// stored events) on a connection of its own and forwards them; reconnects with backoff until
+/// the receiver is gone. A notice missed while reconnecting only delays a waiter to its timeout.
+async fn listen_for_heads(config: tokio_postgres::Config, out: tokio::sync::mpsc::UnboundedSender<(String, u64)>) {
+    let mut backoff = Duration::from_millis(100);
+    while !out.is_closed() {
+        match config.connect(NoTls).await {
+            Ok((client, mut connection)) => {
+                let forward = out.clone();
+                let driver = tokio::spawn(async move {
+                    while let Some(message) = std::future::poll_fn(|cx| connection.poll_message(cx)).await {
+                        match message {
+                            Ok(tokio_postgres::AsyncMessage::Notification(n)) => {
+                                let parsed = n
+                                    .payload()
+                                    .split_once(' ')
+                                    .and_then(|(o, h)| Some((o.to_owned(), h.parse().ok()?)));
+                                if let Some(notice) = parsed {
+                                    if forward.send(notice).is_err() {
+                                        return;
+                                    }
+                                }
+                            }
+                            Ok(_) => {}
+                            Err(_) => return,
+                        }
+                    }
+                });
+                if client.batch_execute("LISTEN simplysync_heads").await.is_ok() {
+                    backoff = Duration::from_millis(100);
+                    let _ = driver.await;
+                } else {
+                    driver.abort();
+                }
+                tracing::warn!("the connection listening for other relay processes' pushes ended; reconnecting");
+            }
+            Err(e) => tracing::warn!(error = %pg_error(e), "cannot listen for other relay processes' pushes yet"),
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(Duration::from_secs(5));
     }
 }
 

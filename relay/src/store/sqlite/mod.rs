@@ -315,6 +315,7 @@ impl RelayStore for SqliteStore {
         }
         apply(&tx, owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams })?;
         tx.commit()?;
+        out.head_seq = if seq != head_before { seq } else { 0 };
         if seq != head_before {
             // Still under the writer lock: marks are asked for in seq order.
             self.mark.record(seq);
