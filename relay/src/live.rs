@@ -180,9 +180,24 @@ mod tests {
         live.publish("other", 9);
         tokio::time::sleep(Duration::from_millis(50)).await;
         assert!(!task.is_finished());
+        assert_eq!(live.waiting(), 1);
         live.publish("o", 6);
         assert_eq!(task.await.unwrap(), Woken::Moved(6));
         assert_eq!(live.waiting(), 0, "a finished waiter unregisters");
+    }
+
+    #[tokio::test]
+    async fn an_owner_s_places_come_back_and_its_remaining_waiters_still_hear_pushes() {
+        let live = Live::new(10, 2);
+        for _ in 0..5 {
+            drop(live.subscribe("o").unwrap());
+        }
+        let (a, b) = (live.subscribe("o").unwrap(), live.subscribe("o").unwrap());
+        drop(a);
+        let task = tokio::spawn(b.wait(0, Duration::from_secs(5)));
+        tokio::task::yield_now().await;
+        live.publish("o", 1);
+        assert_eq!(task.await.unwrap(), Woken::Moved(1), "one waiter leaving keeps the others' channel");
     }
 
     #[tokio::test]

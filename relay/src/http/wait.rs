@@ -22,9 +22,9 @@ pub const MAX_WAIT_MS: u64 = 60_000;
 
 /// The wait a request gets: asked for (default 25 s), at most 60 s, and short enough to answer
 /// well within the request and idle timeouts.
-fn wait_ms(asked: Option<&String>, st: &AppState) -> u64 {
+fn wait_ms(asked: Option<&String>, request_timeout_ms: u64, idle_timeout_ms: u64) -> u64 {
     let asked = asked.and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(DEFAULT_WAIT_MS);
-    let ceiling = (st.request_timeout_ms.min(st.admission.idle_timeout_ms) * 9 / 10).min(MAX_WAIT_MS);
+    let ceiling = (request_timeout_ms.min(idle_timeout_ms) * 9 / 10).min(MAX_WAIT_MS);
     asked.min(ceiling)
 }
 
@@ -43,7 +43,8 @@ pub async fn wait(
             s.parse::<u64>().map_err(|_| ApiError::BadRequest(format!("after must be a seq (digits), not {s:?}")))?
         }
     };
-    let timeout = Duration::from_millis(wait_ms(q.get("timeoutMs"), &st));
+    let timeout =
+        Duration::from_millis(wait_ms(q.get("timeoutMs"), st.request_timeout_ms, st.admission.idle_timeout_ms));
     // Registered before the head is read: a push committed in between still wakes it.
     let waiter = st.live.subscribe(&owner).map_err(|e| match e {
         WaitRefused::Full => {
@@ -64,5 +65,21 @@ pub async fn wait(
             Ok((Owner(owner), axum::Json(body)).into_response())
         }
         Woken::TimedOut | Woken::Closing => Ok((Owner(owner), StatusCode::NO_CONTENT).into_response()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::wait_ms;
+
+    #[test]
+    fn a_wait_is_what_was_asked_within_60_s_and_nine_tenths_of_the_tighter_timeout() {
+        let asked = |v: &str| Some(v.to_owned());
+        assert_eq!(wait_ms(asked("100").as_ref(), 30_000, 60_000), 100);
+        assert_eq!(wait_ms(None, 30_000, 60_000), 25_000, "the default");
+        assert_eq!(wait_ms(asked("5000").as_ref(), 1_000, 60_000), 900, "the request timeout bounds it");
+        assert_eq!(wait_ms(asked("5000").as_ref(), 30_000, 2_000), 1_800, "so does the idle timeout");
+        assert_eq!(wait_ms(asked("999999").as_ref(), 600_000, 600_000), 60_000, "never past a minute");
+        assert_eq!(wait_ms(asked("soon").as_ref(), 30_000, 60_000), 25_000, "unparsable: the default");
     }
 }
