@@ -68,6 +68,36 @@ pub enum StoreError {
     Setup(String),
 }
 
+/// A wrong token is 401 even for a closed owner (a closed owner looks live to anyone without
+/// its token); the right token on a closed owner is 410. Compared in constant time.
+pub fn authorize(stored_token_hash: &str, closed: bool, token_hash: &str) -> Result<(), StoreError> {
+    use subtle::ConstantTimeEq;
+    if !bool::from(stored_token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
+        return Err(StoreError::Unauthorized);
+    }
+    if closed {
+        return Err(StoreError::Closed);
+    }
+    Ok(())
+}
+
+/// Refuses `adding` bytes past the owner's quota or the relay-wide ceiling.
+pub fn check_quota(quotas: sqlite::Quotas, owner_used: u64, total_used: u64, adding: u64) -> Result<(), StoreError> {
+    if owner_used + adding > quotas.max_owner_bytes {
+        return Err(StoreError::OwnerQuota { used: owner_used, adding, quota: quotas.max_owner_bytes });
+    }
+    if total_used + adding > quotas.max_total_bytes {
+        return Err(StoreError::TotalQuota { used: total_used, adding, quota: quotas.max_total_bytes });
+    }
+    Ok(())
+}
+
+/// `usedPct`: used ÷ quota × 100, rounded to 2 decimals (0 without a quota).
+pub fn used_pct(used: u64, quota: u64) -> f64 {
+    let pct = if quota == 0 { 0.0 } else { used as f64 * 100.0 / quota as f64 };
+    (pct * 100.0).round() / 100.0
+}
+
 /// A new random epoch id (base64url of 16 bytes).
 pub fn new_epoch() -> Result<String, StoreError> {
     use simplysync_protocol::entropy::{random_bytes, OsEntropy};

@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
-use subtle::ConstantTimeEq;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::NoTls;
 
@@ -163,15 +162,8 @@ fn owner_from(r: &tokio_postgres::Row) -> OwnerRow {
     }
 }
 
-/// A wrong token is 401 even for a closed owner; the right token on a closed owner is 410.
 fn authorize(owner: &OwnerRow, token_hash: &str) -> Result<(), StoreError> {
-    if !bool::from(owner.token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
-        return Err(StoreError::Unauthorized);
-    }
-    if owner.closed {
-        return Err(StoreError::Closed);
-    }
-    Ok(())
+    super::authorize(&owner.token_hash, owner.closed, token_hash)
 }
 
 async fn owner_row(c: &impl GenericClient, owner_id: &str, lock: bool) -> Result<Option<OwnerRow>, StoreError> {
@@ -312,15 +304,7 @@ impl PgStore {
     }
 
     fn check_quota(&self, owner_used: i64, total_used: i64, adding: i64) -> Result<(), StoreError> {
-        let q = self.quotas;
-        let (owner_used, total_used, adding) = (owner_used.max(0) as u64, total_used.max(0) as u64, adding as u64);
-        if owner_used + adding > q.max_owner_bytes {
-            return Err(StoreError::OwnerQuota { used: owner_used, adding, quota: q.max_owner_bytes });
-        }
-        if total_used + adding > q.max_total_bytes {
-            return Err(StoreError::TotalQuota { used: total_used, adding, quota: q.max_total_bytes });
-        }
-        Ok(())
+        super::check_quota(self.quotas, owner_used.max(0) as u64, total_used.max(0) as u64, adding.max(0) as u64)
     }
 
     async fn push_async(
@@ -655,12 +639,11 @@ impl RelayStore for PgStore {
             let client = self.client().await?;
             let owner = existing_owner(&client, owner_id, token_hash, false).await?;
             let used = owner.stored_bytes.max(0) as u64;
-            let pct = if quota == 0 { 0.0 } else { used as f64 * 100.0 / quota as f64 };
             Ok(AccountInfo {
                 owner_id: owner_id.to_owned(),
                 quota_bytes: quota,
                 used_bytes: used,
-                used_pct: (pct * 100.0).round() / 100.0,
+                used_pct: super::used_pct(used, quota),
                 head_seq: owner.head_seq.max(0) as u64,
                 streams: owner.stream_count.max(0) as u64,
                 events: owner.event_count.max(0) as u64,

@@ -473,12 +473,11 @@ impl RelayStore for SqliteStore {
     fn account(&self, owner_id: &str, token_hash: &str, quota: u64) -> Result<AccountInfo, StoreError> {
         self.read(|conn| {
             let owner = existing_owner(conn, owner_id, token_hash)?;
-            let pct = if quota == 0 { 0.0 } else { owner.stored_bytes as f64 * 100.0 / quota as f64 };
             Ok(AccountInfo {
                 owner_id: owner_id.to_owned(),
                 quota_bytes: quota,
                 used_bytes: owner.stored_bytes,
-                used_pct: (pct * 100.0).round() / 100.0,
+                used_pct: super::used_pct(owner.stored_bytes, quota),
                 head_seq: owner.head_seq,
                 streams: owner.stream_count,
                 events: owner.event_count,

@@ -2,9 +2,9 @@
 //! rules, and the per-owner counters (bytes, events, streams) kept with every write.
 
 use rusqlite::{params, Connection, OptionalExtension};
-use subtle::ConstantTimeEq;
 
 use super::schema::{bump, meta_u64};
+pub(super) use crate::store::check_quota;
 use crate::store::{MayRegister, Refusal, StoreError};
 
 /// Who may register (trust on first use).
@@ -52,16 +52,9 @@ pub(super) fn owner_row(conn: &Connection, owner_id: &str) -> Result<Option<Owne
         .optional()?)
 }
 
-/// Authenticates an existing owner: a wrong token is 401 even for a closed owner, so a closed
-/// owner looks live to anyone without the token; the right token on a closed owner is 410.
+/// Authenticates an existing owner (see [`crate::store::authorize`]).
 pub(super) fn authorize(owner: &OwnerRow, token_hash: &str) -> Result<(), StoreError> {
-    if !bool::from(owner.token_hash.as_bytes().ct_eq(token_hash.as_bytes())) {
-        return Err(StoreError::Unauthorized);
-    }
-    if owner.closed {
-        return Err(StoreError::Closed);
-    }
-    Ok(())
+    crate::store::authorize(&owner.token_hash, owner.closed, token_hash)
 }
 
 pub(super) fn existing_owner(conn: &Connection, owner_id: &str, token_hash: &str) -> Result<OwnerRow, StoreError> {
@@ -122,19 +115,4 @@ pub(super) fn apply(conn: &Connection, owner_id: &str, d: Delta) -> Result<(), S
     .execute(params![owner_id, d.bytes, d.events, d.streams])?;
     bump(conn, "total_bytes", d.bytes)?;
     bump(conn, "events", d.events)
-}
-
-pub(super) fn check_quota(
-    quotas: super::Quotas,
-    owner_used: u64,
-    total_used: u64,
-    adding: u64,
-) -> Result<(), StoreError> {
-    if owner_used + adding > quotas.max_owner_bytes {
-        return Err(StoreError::OwnerQuota { used: owner_used, adding, quota: quotas.max_owner_bytes });
-    }
-    if total_used + adding > quotas.max_total_bytes {
-        return Err(StoreError::TotalQuota { used: total_used, adding, quota: quotas.max_total_bytes });
-    }
-    Ok(())
 }
