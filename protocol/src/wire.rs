@@ -173,6 +173,18 @@ pub struct HealthResponse {
     pub wait: Option<String>,
 }
 
+/// `GET /v1/events/wait` answer when the owner's head moved past `after` (a SimplySync
+/// extension; on timeout the relay answers 204 with no body).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitResponse {
+    /// The owner's head seq now.
+    pub head_seq: u64,
+    /// The relay database's epoch.
+    #[serde(default)]
+    pub epoch: Option<String>,
+}
+
 /// Every error response: `{ "error": "<code>", "message": "<text>" }`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErrorBody {

@@ -39,7 +39,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
     ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
     ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
-    ("LIVE_MAX_WAITERS", "10000", "long-polls (GET /v1/events/wait) one process holds at once; more get 503"),
+    ("LIVE_MAX_WAITERS", "10000", "long-polls (GET /v1/events/wait) one process holds at once; more get 503; 0 turns live notices off"),
     ("LIVE_MAX_WAITERS_PER_OWNER", "16", "long-polls one owner may hold at once; more get 429"),
     (
         "CLIENT_IP_HEADER",

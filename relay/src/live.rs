@@ -119,6 +119,12 @@ impl Live {
         })
     }
 
+    /// Whether live notices are on (`LIVE_MAX_WAITERS` and `LIVE_MAX_WAITERS_PER_OWNER` above
+    /// 0): off, `/health` does not advertise the wait endpoint and it answers 404.
+    pub fn enabled(&self) -> bool {
+        self.max_total > 0 && self.max_per_owner > 0
+    }
+
     /// Registers a waiter for `owner` — before the caller reads the head from the database, so
     /// a push committed in between is not missed.
     pub fn subscribe(self: &Arc<Live>, owner: &str) -> Result<Waiter, WaitRefused> {

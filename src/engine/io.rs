@@ -138,3 +138,10 @@ impl Clock for ManualClock {
         self.0.get()
     }
 }
+
+/// Waits: the driver's poll timer, debounce and reconnect delays (`setTimeout` in browsers,
+/// tokio natively).
+pub trait Timer {
+    /// Resolves after `ms` milliseconds.
+    fn sleep(&self, ms: u64) -> LocalFuture<'_, ()>;
+}

@@ -11,8 +11,10 @@
 //! (seal → per relay: backfill, blob chunks, push, pull + apply, purge queue) as often as the
 //! driver likes.
 
+pub mod driver;
 pub mod error;
 pub mod io;
+pub mod live;
 pub mod values;
 
 /// The app's declared schema (kept in the store layer, which creates the tables).
@@ -41,9 +43,11 @@ use std::rc::Rc;
 use rusqlite::Connection;
 
 pub use backoff::{retry_ceiling_ms, retry_delay_ms, MAX_RETRY_DELAY_MS, POLL_BASE_MS};
+pub use driver::{Driver, DriverOptions};
 pub use error::EngineError;
 pub use events::{ChangeEvent, ChangeSource, Progress, RowChange};
 pub use limits::{EngineOptions, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
+pub use live::{LiveInfo, LiveState, LiveStep};
 pub use mutate::Op;
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
@@ -133,6 +137,8 @@ pub struct Engine {
     decrypt_ms: Cell<f64>,
     /// The request id of the [`Engine::once`] call running, recorded with its effect.
     request: RefCell<Option<String>>,
+    /// When the last pass ended (engine clock, ms; 0 before the first).
+    last_pass_at: Cell<u64>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -218,6 +224,7 @@ impl Engine {
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
             request: RefCell::new(None),
+            last_pass_at: Cell::new(0),
         };
         engine.reconcile_relays(relays.as_deref())?;
         engine.finish_handover(opening, handover)?;
@@ -251,6 +258,11 @@ impl Engine {
 
     fn now(&self) -> u64 {
         self.wall.now_ms()
+    }
+
+    /// When the last sync pass ended (engine clock, ms; 0 before the first).
+    pub fn last_pass_at(&self) -> u64 {
+        self.last_pass_at.get()
     }
 
     /// A random number (retry jitter); 0 if the platform has no randomness.

@@ -14,6 +14,7 @@
 use serde::Serialize;
 
 use super::backoff::{parse_retry_after, retry_delay_ms, MAX_RETRY_DELAY_MS};
+use super::live::{LiveInfo, LiveRuntime};
 use super::relay_api::{RelayApi, RelayFailure};
 use super::{Engine, EngineError};
 use crate::protocol::wire::AccountInfo;
@@ -98,6 +99,8 @@ pub struct RelayStatus {
     pub quarantined: u64,
     /// Quarantined events from it dropped over the cap (only the newest are kept).
     pub quarantine_dropped: u64,
+    /// Its live channel (live notices, or why it is polled).
+    pub live: LiveInfo,
 }
 
 #[derive(Debug, Clone)]
@@ -116,6 +119,8 @@ pub(crate) struct RelayRuntime {
     pub forged: u64,
     /// The last pass stopped with work left (its budget ran out): not caught up.
     pub behind: bool,
+    /// Its live channel.
+    pub live: LiveRuntime,
 }
 
 /// How the policy classifies a failure.
@@ -151,6 +156,7 @@ impl RelayRuntime {
             push_blocked_until: None,
             forged: 0,
             behind: false,
+            live: LiveRuntime::default(),
         }
     }
 
@@ -246,6 +252,7 @@ impl Engine {
                     forged: r.forged,
                     quarantined: inbox::quarantine_count(&db, &r.url)?,
                     quarantine_dropped: dropped,
+                    live: r.live.info.clone(),
                 };
                 // Known from an earlier process: the last pass succeeded and nothing waits.
                 if s.state == RelayState::Pending

@@ -8,7 +8,9 @@ use serde_json::value::RawValue;
 
 use super::io::{HttpRequest, HttpResponse, Method, Transport};
 use crate::protocol::canonical::write_str_literal;
-use crate::protocol::wire::{CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse};
+use crate::protocol::wire::{
+    CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse, WaitResponse,
+};
 
 /// A relay call that did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -163,6 +165,12 @@ impl<'a> RelayApi<'a> {
         self
     }
 
+    /// The same client with another answer size limit.
+    pub fn with_max_response_bytes(mut self, max: u64) -> RelayApi<'a> {
+        self.max_response_bytes = max;
+        self
+    }
+
     /// The same client with the deadline and answer size limit of `options`.
     pub fn with_options(self, options: &super::EngineOptions) -> RelayApi<'a> {
         RelayApi { max_response_bytes: options.max_response_bytes(), ..self.with_timeout(options.request_timeout_ms) }
@@ -239,6 +247,27 @@ impl<'a> RelayApi<'a> {
     pub async fn health(&self) -> Result<bool, RelayFailure> {
         let resp = self.call(Method::Get, "/health", None).await?;
         Ok(resp.status == 200 && serde_json::from_slice::<HealthResponse>(&resp.body).is_ok_and(|h| h.ok))
+    }
+
+    /// `GET /health`'s answer, parsed; an answer that is not the relay's JSON is a failure.
+    pub async fn health_info(&self) -> Result<HealthResponse, RelayFailure> {
+        let resp = self.call(Method::Get, "/health", None).await?;
+        match resp.status {
+            200 => parse(&resp),
+            _ => Err(failure(&resp)),
+        }
+    }
+
+    /// `GET <path>?ownerId&after&timeoutMs` (the relay's live notices, `path` from `/health`):
+    /// `Some` when the owner's head moved past `after`, `None` when the wait ended quietly (204).
+    pub async fn wait(&self, path: &str, after: u64, wait_ms: u32) -> Result<Option<WaitResponse>, RelayFailure> {
+        let path = format!("{path}?ownerId={}&after={after}&timeoutMs={wait_ms}", self.owner_id);
+        let resp = self.call(Method::Get, &path, None).await?;
+        match resp.status {
+            200 => parse(&resp).map(Some),
+            204 => Ok(None),
+            _ => Err(failure(&resp)),
+        }
     }
 
     /// `POST /v1/streams/compact`; `None` when the relay does not know the owner (confirmed, see

@@ -40,7 +40,7 @@ pub const MAX_RESEED_WINDOW_MS: u64 = 7 * 24 * 60 * 60 * 1000;
 /// follows at once): a slow relay delays the others' next pass by at most this.
 pub const RELAY_PASS_BUDGET_MS: u64 = 60_000;
 
-/// What started a pass. Only `Poll` respects a relay's backoff.
+/// What started a pass. Only `Poll` and `Live` respect a relay's backoff.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum SyncTrigger {
@@ -56,6 +56,16 @@ pub enum SyncTrigger {
     Online,
     /// Engine start.
     Boot,
+    /// A relay's live notice: the owner's log moved there.
+    Live,
+}
+
+impl SyncTrigger {
+    /// Background passes (the poll timer, live notices) leave a relay that is backing off
+    /// alone; the others (a write, focus, online, `sync()`) try at once, as the spec says.
+    pub fn respects_backoff(self) -> bool {
+        matches!(self, SyncTrigger::Poll | SyncTrigger::Live)
+    }
 }
 
 /// What a pass did with one relay.
@@ -185,6 +195,23 @@ impl From<crate::store::StoreError> for PassError {
     }
 }
 
+/// The pass waiting for the lock; cleared if its future is dropped first.
+struct WaitingSlot<'a>(&'a std::cell::Cell<Option<SyncTrigger>>);
+
+impl WaitingSlot<'_> {
+    fn take(self) -> Option<SyncTrigger> {
+        let t = self.0.take();
+        std::mem::forget(self);
+        t
+    }
+}
+
+impl Drop for WaitingSlot<'_> {
+    fn drop(&mut self) {
+        self.0.set(None);
+    }
+}
+
 /// How long after its `count`-th re-seed a relay may be re-seeded again.
 pub(crate) fn reseed_window(count: u64) -> u64 {
     let factor = 4u64.saturating_pow(count.saturating_sub(1).min(20) as u32);
@@ -265,14 +292,17 @@ impl Engine {
     /// triggers: a write joining a waiting poll makes it a write pass (which ignores backoff).
     pub async fn sync_queued(&self, trigger: SyncTrigger) -> Result<Option<SyncReport>, EngineError> {
         if let Some(waiting) = self.pass_waiting.get() {
-            if waiting == SyncTrigger::Poll && trigger != SyncTrigger::Poll {
+            if waiting.respects_backoff() && !trigger.respects_backoff() {
                 self.pass_waiting.set(Some(trigger));
             }
             return Ok(None);
         }
         self.pass_waiting.set(Some(trigger));
+        // Dropped while it waits for the lock (its caller was cancelled), the waiting pass is
+        // given up: later triggers must not join a pass that will never run.
+        let waiting = WaitingSlot(&self.pass_waiting);
         let guard = self.sync_lock.lock().await;
-        let trigger = self.pass_waiting.take().unwrap_or(trigger);
+        let trigger = waiting.take().unwrap_or(trigger);
         let out = self.pass(trigger).await;
         drop(guard);
         out.map(Some)
@@ -280,6 +310,7 @@ impl Engine {
 
     async fn pass(&self, trigger: SyncTrigger) -> Result<SyncReport, EngineError> {
         let out = self.pass_inner(trigger).await;
+        self.last_pass_at.set(self.now());
         if let Err(e) = &out {
             self.mark_local_failure(None, e);
         }
@@ -338,7 +369,7 @@ impl Engine {
         let skip = self.with_relay(url, |r| {
             if r.state == RelayState::Closed {
                 Some("the owner was closed on this relay (410)".to_owned())
-            } else if trigger == SyncTrigger::Poll && r.backoff_until.is_some_and(|t| t > now) {
+            } else if trigger.respects_backoff() && r.backoff_until.is_some_and(|t| t > now) {
                 Some("backing off after a failure".to_owned())
             } else {
                 None
@@ -419,7 +450,7 @@ impl Engine {
         }
         self.flush_purges(url).await?;
         let now = self.now();
-        outcome.push_skipped = trigger == SyncTrigger::Poll
+        outcome.push_skipped = trigger.respects_backoff()
             && self.with_relay(url, |r| r.push_blocked_until.is_some_and(|t| t > now)).unwrap_or(false);
         for _attempt in 0..2 {
             if !outcome.push_skipped && outcome.push_problem.is_none() {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Method, Transport, TransportError};
+use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Method, Timer, Transport, TransportError};
 
 /// HTTP over reqwest (a tokio runtime must be running).
 #[derive(Debug, Clone)]
@@ -113,5 +113,15 @@ impl Clock for SystemClock {
     fn precise_ms(&self) -> f64 {
         static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
         START.get_or_init(std::time::Instant::now).elapsed().as_secs_f64() * 1000.0
+    }
+}
+
+/// Timers on the running tokio runtime.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TokioTimer;
+
+impl Timer for TokioTimer {
+    fn sleep(&self, ms: u64) -> LocalFuture<'_, ()> {
+        Box::pin(tokio::time::sleep(Duration::from_millis(ms)))
     }
 }

@@ -1,9 +1,11 @@
 //! The `Engine` class JavaScript sees (inside the dedicated worker the JS facade starts): the
-//! engine on SQLite/OPFS with `fetch`, plus the driver — the poll timer, a sync after local
-//! writes, and passes on `focus`/`online` forwarded from the page. `autoSync: false` turns the
-//! driver off entirely; `sync()` still runs a full pass.
+//! engine on SQLite/OPFS with `fetch`, plus the engine's [`Driver`] — the poll timer, a sync
+//! after local writes, passes on `focus`/`online` forwarded from the page, and a live channel
+//! per relay. `autoSync: false` turns the driver off entirely; `sync()` still runs a full pass.
+//! The worker runs in the leader tab only, so an app has one driver (and one live channel per
+//! relay) however many tabs it has open.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Uint8Array};
@@ -12,9 +14,12 @@ use wasm_bindgen::prelude::*;
 
 use super::convert::{serde_to_js, to_js, to_json};
 use super::errors::{engine_error, js_error};
-use super::io::{sleep, DateClock, FetchTransport};
+use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
+use crate::engine::driver::{AfterPass, MAX_PASSES};
 use crate::engine::schema::SchemaDef;
-use crate::engine::{Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, SyncTrigger};
+use crate::engine::{
+    Driver, DriverOptions, Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, SyncTrigger,
+};
 use crate::protocol::base64url;
 use crate::protocol::entropy::OsEntropy;
 use crate::protocol::Json;
@@ -23,10 +28,6 @@ use crate::store::opfs::open_database;
 
 /// Default poll interval.
 pub const DEFAULT_SYNC_INTERVAL_MS: u32 = 5000;
-/// Writes within this window share one sync pass.
-const WRITE_DEBOUNCE_MS: u32 = 25;
-/// Automatic polls are this many times rarer while no tab of the app is visible.
-const HIDDEN_POLL_FACTOR: u32 = 6;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -36,6 +37,8 @@ struct OpenOptions {
     db_name: Option<String>,
     sync_interval_ms: Option<u32>,
     auto_sync: Option<bool>,
+    /// Keep a live channel to relays that offer one (default true; needs `autoSync`).
+    live: Option<bool>,
     /// "auto" (default: OPFS, else IndexedDB, else memory), "opfs", "idb" (fail without it), "memory".
     storage: Option<String>,
     /// The relays' `MAX_EVENT_BYTES` (default 262144).
@@ -73,11 +76,8 @@ struct Inner {
     engine: RefCell<Option<Rc<Engine>>>,
     storage: StorageInfo,
     custody: Option<Custody>,
-    auto_sync: bool,
-    interval_ms: u32,
-    visible: Cell<bool>,
-    closed: Cell<bool>,
-    write_sync_scheduled: Cell<bool>,
+    /// `None` with `autoSync: false`.
+    driver: Option<Rc<Driver>>,
     callbacks: RefCell<Vec<u64>>,
 }
 
@@ -292,32 +292,17 @@ async fn open_storage(
     }
 }
 
-/// An automatic pass in the background: at most one waits behind the running one. Failures
-/// are per relay and already in the statuses (a local database error too: the engine shows it
-/// as every relay's `local_storage` error).
-fn spawn_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
-    let inner = inner.clone();
-    wasm_bindgen_futures::spawn_local(async move { auto_sync(&inner, trigger).await });
+/// After every automatic pass, what it wrote is made durable (IndexedDB storage; failures
+/// are kept in memory and saved with the next write).
+fn flush_after_pass(pages: Option<PageStore>, db_name: String) -> Option<AfterPass> {
+    let pages = Rc::new(pages?);
+    Some(Box::new(move || {
+        let (pages, db_name) = (pages.clone(), db_name.clone());
+        Box::pin(async move {
+            let _ = crate::store::idb::flush(&pages, &db_name).await;
+        })
+    }))
 }
-
-/// Passes that end with work left (`more`: a relay's time or page budget ran out) are followed
-/// at once by another, up to [`MAX_PASSES`].
-async fn auto_sync(inner: &Rc<Inner>, trigger: SyncTrigger) {
-    for _ in 0..MAX_PASSES {
-        if inner.closed.get() {
-            return;
-        }
-        let Some(e) = inner.current() else { return };
-        let more = matches!(e.sync_queued(trigger).await, Ok(Some(r)) if r.more());
-        let _ = inner.flush().await;
-        if !more {
-            return;
-        }
-    }
-}
-
-/// Most passes one sync (automatic or `sync()`) runs in a row while relays have work left.
-const MAX_PASSES: u32 = 10;
 
 #[wasm_bindgen(js_class = Engine)]
 impl WebEngine {
@@ -377,54 +362,40 @@ impl WebEngine {
             crate::store::idb::flush(p, &db_name).await.map_err(storage_err)?;
         }
         let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
+        let engine = Rc::new(engine);
+        let driver = opts.auto_sync.unwrap_or(true).then(|| {
+            let options = DriverOptions { interval_ms: interval_ms.into(), live: opts.live.unwrap_or(true) };
+            let after_pass = flush_after_pass(pages.clone(), db_name.clone());
+            Driver::new(engine.clone(), Rc::new(GlooTimer), options, after_pass)
+        });
+        if let Some(d) = &driver {
+            wasm_bindgen_futures::spawn_local(d.clone().run());
+        }
         let inner = Rc::new(Inner {
             pages,
             db_name,
-            engine: RefCell::new(Some(Rc::new(engine))),
+            engine: RefCell::new(Some(engine)),
             storage,
             custody,
-            auto_sync: opts.auto_sync.unwrap_or(true),
-            interval_ms,
-            visible: Cell::new(true),
-            closed: Cell::new(false),
-            write_sync_scheduled: Cell::new(false),
+            driver,
             callbacks: RefCell::new(Vec::new()),
         });
-        if inner.auto_sync {
-            spawn_sync(&inner, SyncTrigger::Boot);
-            let poller = inner.clone();
-            wasm_bindgen_futures::spawn_local(async move {
-                loop {
-                    let factor = if poller.visible.get() { 1 } else { HIDDEN_POLL_FACTOR };
-                    sleep(poller.interval_ms.saturating_mul(factor)).await;
-                    if poller.closed.get() {
-                        break;
-                    }
-                    auto_sync(&poller, SyncTrigger::Poll).await;
-                }
-            });
-        }
         Ok(WebEngine { inner })
     }
 
-    /// Whether any tab of the app is visible: hidden, automatic polls are
-    /// [`HIDDEN_POLL_FACTOR`] times rarer.
+    /// Whether any tab of the app is visible: hidden, automatic polls are rarer
+    /// ([`crate::engine::driver::HIDDEN_POLL_FACTOR`]).
     #[wasm_bindgen(js_name = setVisible)]
     pub fn set_visible(&self, visible: bool) {
-        self.inner.visible.set(visible);
+        if let Some(d) = &self.inner.driver {
+            d.set_visible(visible);
+        }
     }
 
     fn after_write(&self) {
-        let inner = &self.inner;
-        if !inner.auto_sync || inner.write_sync_scheduled.replace(true) {
-            return;
+        if let Some(d) = &self.inner.driver {
+            d.request(SyncTrigger::Write);
         }
-        let inner = inner.clone();
-        wasm_bindgen_futures::spawn_local(async move {
-            sleep(WRITE_DEBOUNCE_MS).await;
-            inner.write_sync_scheduled.set(false);
-            auto_sync(&inner, SyncTrigger::Write).await;
-        });
     }
 
     fn write_op(&self, op: Op) -> Result<JsValue, JsValue> {
@@ -539,8 +510,8 @@ impl WebEngine {
             "online" => SyncTrigger::Online,
             other => return Err(bad_arg(format!("notify({other:?}): expected \"focus\" or \"online\""))),
         };
-        if self.inner.auto_sync {
-            spawn_sync(&self.inner, trigger);
+        if let Some(d) = &self.inner.driver {
+            d.request(trigger);
         }
         Ok(())
     }
@@ -556,6 +527,9 @@ impl WebEngine {
     pub fn add_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.add_relay(&url)).map_err(err)?;
+        if let Some(d) = &self.inner.driver {
+            d.relays_changed();
+        }
         self.after_write();
         Ok(())
     }
@@ -564,7 +538,11 @@ impl WebEngine {
     #[wasm_bindgen(js_name = removeRelay)]
     pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
-        e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)
+        e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)?;
+        if let Some(d) = &self.inner.driver {
+            d.relays_changed();
+        }
+        Ok(())
     }
 
     /// Hard-deletes every soft-deleted row; returns the count. At most once per `requestId`.
@@ -735,7 +713,9 @@ impl WebEngine {
     /// Stops the driver and closes the database now (a call still running keeps it open until
     /// it ends). Later calls fail with `CLOSED`.
     pub fn close(&self) {
-        self.inner.closed.set(true);
+        if let Some(d) = &self.inner.driver {
+            d.stop();
+        }
         self.inner.engine.borrow_mut().take();
     }
 

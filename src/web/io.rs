@@ -9,7 +9,7 @@ use wasm_bindgen_futures::JsFuture;
 
 use web_sys::{AbortController, Headers, ReadableStreamDefaultReader, Request, RequestInit, Response};
 
-use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Transport, TransportError};
+use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Timer, Transport, TransportError};
 
 #[wasm_bindgen]
 extern "C" {
@@ -100,7 +100,11 @@ impl Transport for FetchTransport {
                     controller.abort();
                 })
             };
+            // Dropped before it settles (a live wait the driver ended), the fetch is aborted
+            // rather than left to run to its deadline.
+            let abort_on_drop = AbortOnDrop(Some(controller.clone()));
             let out = Self::send_inner(req, &controller).await;
+            abort_on_drop.disarm();
             drop(timer); // cancels the timer when the answer came first
             out.map_err(|e| {
                 if timed_out.get() {
@@ -112,6 +116,23 @@ impl Transport for FetchTransport {
                 }
             })
         })
+    }
+}
+
+/// Aborts a fetch whose future is dropped before it settles.
+struct AbortOnDrop(Option<AbortController>);
+
+impl AbortOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        if let Some(c) = self.0.take() {
+            c.abort();
+        }
     }
 }
 
@@ -132,4 +153,15 @@ impl Clock for DateClock {
 /// Resolves after `ms` milliseconds (windows and workers alike).
 pub async fn sleep(ms: u32) {
     gloo_timers::future::TimeoutFuture::new(ms).await;
+}
+
+/// `setTimeout`, in a window and in a worker alike.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct GlooTimer;
+
+impl Timer for GlooTimer {
+    fn sleep(&self, ms: u64) -> LocalFuture<'_, ()> {
+        // setTimeout takes at most 2^31-1 ms.
+        Box::pin(sleep(ms.min(i32::MAX as u64) as u32))
+    }
 }

@@ -206,6 +206,8 @@ pub struct FaultyTransport {
     pub faults: RefCell<VecDeque<Fault>>,
     pub rewrite: RefCell<Option<Rewrite>>,
     pub log: RefCell<Vec<(String, String, u16)>>,
+    /// Every request as it starts (the log has them as they end).
+    pub started: RefCell<Vec<(String, String)>>,
 }
 
 impl FaultyTransport {
@@ -215,6 +217,7 @@ impl FaultyTransport {
             faults: RefCell::new(VecDeque::new()),
             rewrite: RefCell::new(None),
             log: RefCell::new(Vec::new()),
+            started: RefCell::new(Vec::new()),
         })
     }
 
@@ -255,6 +258,11 @@ impl FaultyTransport {
         self.log.borrow().iter().filter(|(m, u, _)| m == method && u.contains(part)).count()
     }
 
+    /// Requests started so far whose URL contains `part` (with `method`), answered or not.
+    pub fn started(&self, method: &str, part: &str) -> usize {
+        self.started.borrow().iter().filter(|(m, u)| m == method && u.contains(part)).count()
+    }
+
     /// Makes every request fail as if the network were down.
     pub fn go_offline(&self) {
         self.faults.borrow_mut().push_back(Fault {
@@ -273,6 +281,7 @@ impl FaultyTransport {
 impl Transport for FaultyTransport {
     fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
         Box::pin(async move {
+            self.started.borrow_mut().push((req.method.as_str().into(), req.url.clone()));
             let injected = {
                 let mut faults = self.faults.borrow_mut();
                 let pos = faults.iter().position(|f| (f.matches)(&req));
@@ -323,7 +332,7 @@ pub fn todo_schema(version: u32, extra_tables: &[&str]) -> SchemaDef {
 
 /// One device: an engine with its own database, clock and faulty transport.
 pub struct Device {
-    pub engine: Engine,
+    pub engine: Rc<Engine>,
     pub clock: Rc<ManualClock>,
     pub net: Rc<FaultyTransport>,
 }
@@ -365,7 +374,7 @@ impl Device {
         config.options = options;
         let env = Env { transport: net.clone(), clock: clock.clone(), entropy: Box::new(OsEntropy) };
         let engine = Engine::open(conn, config, env)?;
-        Ok(Device { engine, clock, net })
+        Ok(Device { engine: Rc::new(engine), clock, net })
     }
 
     /// A device on `relays` with the todo schema, an in-memory database and `options`.

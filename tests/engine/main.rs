@@ -11,6 +11,7 @@ mod edges;
 mod failures;
 mod hostile;
 mod listeners;
+mod live;
 mod property;
 mod purge_rekey_blobs;
 mod recovery;

@@ -56,6 +56,6 @@ pub async fn health(State(st): State<AppState>) -> axum::Json<HealthResponse> {
         version: info.version,
         server_time: info.server_time,
         epoch: info.epoch,
-        wait: Some("/v1/events/wait".into()),
+        wait: st.live.enabled().then(|| "/v1/events/wait".into()),
     })
 }

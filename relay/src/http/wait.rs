@@ -9,6 +9,7 @@ use axum::extract::{RawQuery, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use simplysync_protocol::identity::relay_token_hash;
+use simplysync_protocol::wire::WaitResponse;
 
 use super::error::ApiError;
 use super::request::{bearer, owner_id, query};
@@ -34,6 +35,9 @@ pub async fn wait(
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
 ) -> Result<Response, ApiError> {
+    if !st.live.enabled() {
+        return Err(ApiError::NotFound("no such endpoint (live notices are off on this relay: poll)".into()));
+    }
     let token = bearer(&headers)?;
     let q = query(raw.as_deref());
     let owner = owner_id(q.get("ownerId").map(String::as_str), "ownerId query parameter")?;
@@ -61,7 +65,7 @@ pub async fn wait(
         if account.head_seq > after { Woken::Moved(account.head_seq) } else { waiter.wait(after, timeout).await };
     match woken {
         Woken::Moved(head) => {
-            let body = serde_json::json!({ "headSeq": head, "epoch": st.store.epoch() });
+            let body = WaitResponse { head_seq: head, epoch: Some(st.store.epoch()) };
             Ok((Owner(owner), axum::Json(body)).into_response())
         }
         Woken::TimedOut | Woken::Closing => Ok((Owner(owner), StatusCode::NO_CONTENT).into_response()),

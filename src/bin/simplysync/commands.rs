@@ -4,8 +4,8 @@ use std::rc::Rc;
 
 use clap::{Args, Parser, Subcommand};
 use simplysync::engine::schema::SchemaDef;
-use simplysync::engine::{stored_schema, Engine, EngineConfig, Env, ListOptions, SyncTrigger};
-use simplysync::native::{HttpTransport, SystemClock};
+use simplysync::engine::{stored_schema, Driver, DriverOptions, Engine, EngineConfig, Env, ListOptions, SyncTrigger};
+use simplysync::native::{HttpTransport, SystemClock, TokioTimer};
 use simplysync::protocol::entropy::OsEntropy;
 use simplysync::protocol::{create_mnemonic, create_recovery_key, Secret};
 
@@ -67,7 +67,9 @@ enum Command {
     NewKey,
     /// Mint a new 12-word recovery phrase.
     NewPhrase,
-    /// Sync with the relays: once with --once, else every --interval-ms until interrupted.
+    /// Sync with the relays: once with --once, else until interrupted — at once on the live
+    /// notices of relays that offer them, and every --interval-ms (every minute while every
+    /// relay's live channel is healthy). Prints each status change as a JSON line.
     Sync {
         #[command(flatten)]
         store: Store,
@@ -79,6 +81,9 @@ enum Command {
         /// Pause between passes.
         #[arg(long, default_value_t = 5000)]
         interval_ms: u64,
+        /// Poll only: open no live channel.
+        #[arg(long)]
+        no_live: bool,
     },
     /// Fill a new (empty) database from the relays: a restore on a new device.
     Restore {
@@ -175,21 +180,38 @@ async fn run(command: Command) -> Result<String, String> {
         }
         Command::NewKey => create_recovery_key(&mut OsEntropy).map_err(|e| e.to_string()),
         Command::NewPhrase => create_mnemonic(&mut OsEntropy).map_err(|e| e.to_string()),
-        Command::Sync { store, relays, once, interval_ms } => {
+        Command::Sync { store, relays, once, interval_ms, no_live } => {
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
-            loop {
+            if once {
                 let report = engine.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(|e| e.to_string())?;
                 let failed = report.relays.iter().any(|r| r.error.is_some());
-                if once {
-                    let text = pretty(&report)?;
-                    return if failed { Err(format!("a relay failed:\n{text}")) } else { Ok(text) };
+                let text = pretty(&report)?;
+                return if failed { Err(format!("a relay failed:\n{text}")) } else { Ok(text) };
+            }
+            // The engine's driver: passes at start, on the poll timer and on live notices.
+            // Every status change is printed as one JSON line.
+            let engine = Rc::new(engine);
+            let last = std::cell::RefCell::new(String::new());
+            engine.on_status(move |statuses| {
+                if let Ok(line) = serde_json::to_string(&statuses) {
+                    if *last.borrow() != line {
+                        println!("{line}");
+                        *last.borrow_mut() = line;
+                    }
                 }
-                println!("{}", serde_json::to_string(&report).map_err(|e| e.to_string())?);
-                tokio::select! {
-                    _ = tokio::time::sleep(std::time::Duration::from_millis(interval_ms)) => {}
-                    _ = tokio::signal::ctrl_c() => return Ok(String::new()),
+            });
+            let options = DriverOptions { interval_ms, live: !no_live };
+            let driver = Driver::new(engine.clone(), Rc::new(TokioTimer), options, None);
+            let run = driver.clone().run();
+            tokio::pin!(run);
+            tokio::select! {
+                () = &mut run => {}
+                _ = tokio::signal::ctrl_c() => {
+                    driver.stop();
+                    run.await;
                 }
             }
+            Ok(String::new())
         }
         Command::Restore { store, relays } => {
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
