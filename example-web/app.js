@@ -125,8 +125,13 @@ function showStatuses(statuses) {
       if (s.state === 'error' && s.error) text += ` — ${s.error.message}`;
       if (s.account) text += ` · ${s.account.usedPct}% of quota`;
       if (s.pending) text += ` · ${s.pending} to send`;
+      // Live: other devices' changes arrive at once; otherwise the relay is polled (and why).
+      const live = s.live?.state ?? 'off';
+      el.dataset.live = live;
+      if (live === 'live') text += ' · live';
+      else if (live !== 'off') text += ` · ${live === 'polling' ? 'polling' : 'reconnecting…'}`;
       el.textContent = text;
-      el.title = s.reseedReason ?? s.error?.message ?? '';
+      el.title = s.reseedReason ?? s.error?.message ?? s.live?.reason ?? '';
       return el;
     }),
   );

@@ -51,10 +51,19 @@ export interface EngineOptions {
   schema: Schema;
   /** The database's name (its OPFS directory or IndexedDB store). Default `simplysync.db`. Tabs with the same name share one engine. */
   dbName?: string;
-  /** Poll interval in ms. Default 5000. */
+  /**
+   * Poll interval in ms. Default 5000. While every relay's live channel is healthy (see
+   * {@link RelayStatus.live}) the poll runs only once a minute, as a safety net.
+   */
   syncIntervalMs?: number;
-  /** `false` turns off every automatic pass (timer, after writes, at boot, on focus/online); {@link Engine.sync} still works. Default true. */
+  /** `false` turns off every automatic pass (timer, after writes, at boot, on focus/online, live notices); {@link Engine.sync} still works. Default true. */
   autoSync?: boolean;
+  /**
+   * Keep one live channel (a long-poll) open to each relay that offers live notices, and pull
+   * as soon as another device writes. Relays without them are polled. Needs `autoSync`.
+   * Default true.
+   */
+  live?: boolean;
   /**
    * Where the database lives. `auto` (default) tries OPFS, then IndexedDB, then memory, and
    * reports what it picked and why in {@link Engine.storage}; `opfs` and `idb` fail with
@@ -213,6 +222,25 @@ export interface RelayStatus {
   quarantined: number;
   /** Quarantined events dropped over the per-relay cap of 1000 (the newest are kept). */
   quarantineDropped: number;
+  /** The relay's live channel: whether other devices' writes arrive at once, or why not. */
+  live: LiveInfo;
+}
+
+/**
+ * A relay's live channel: `live` (a wait is open; changes arrive at once), `connecting`,
+ * `polling` (the relay offers no live notices, or does not know this owner yet), `reconnecting`
+ * (the last wait failed; polled meanwhile), `off` (`autoSync` or `live` is off, or the engine
+ * closed).
+ */
+export type LiveState = 'off' | 'connecting' | 'live' | 'polling' | 'reconnecting';
+
+/** A relay's live channel in its status. */
+export interface LiveInfo {
+  state: LiveState;
+  /** Why it is not `live`. */
+  reason: string | null;
+  /** When the next wait is tried (ms since the epoch). */
+  retryAt: number | null;
 }
 
 /** Where a pull's time went, in ms. */

@@ -76,8 +76,9 @@ struct Inner {
     engine: RefCell<Option<Rc<Engine>>>,
     storage: StorageInfo,
     custody: Option<Custody>,
-    /// `None` with `autoSync: false`.
-    driver: Option<Rc<Driver>>,
+    /// `None` with `autoSync: false`, and once closed (the driver holds the engine: it must
+    /// let go for the database to close).
+    driver: RefCell<Option<Rc<Driver>>>,
     callbacks: RefCell<Vec<u64>>,
 }
 
@@ -377,7 +378,7 @@ impl WebEngine {
             engine: RefCell::new(Some(engine)),
             storage,
             custody,
-            driver,
+            driver: RefCell::new(driver),
             callbacks: RefCell::new(Vec::new()),
         });
         Ok(WebEngine { inner })
@@ -387,13 +388,13 @@ impl WebEngine {
     /// ([`crate::engine::driver::HIDDEN_POLL_FACTOR`]).
     #[wasm_bindgen(js_name = setVisible)]
     pub fn set_visible(&self, visible: bool) {
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow().as_ref() {
             d.set_visible(visible);
         }
     }
 
     fn after_write(&self) {
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow().as_ref() {
             d.request(SyncTrigger::Write);
         }
     }
@@ -510,7 +511,7 @@ impl WebEngine {
             "online" => SyncTrigger::Online,
             other => return Err(bad_arg(format!("notify({other:?}): expected \"focus\" or \"online\""))),
         };
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow().as_ref() {
             d.request(trigger);
         }
         Ok(())
@@ -527,7 +528,7 @@ impl WebEngine {
     pub fn add_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.add_relay(&url)).map_err(err)?;
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow().as_ref() {
             d.relays_changed();
         }
         self.after_write();
@@ -539,7 +540,7 @@ impl WebEngine {
     pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)?;
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow().as_ref() {
             d.relays_changed();
         }
         Ok(())
@@ -713,7 +714,7 @@ impl WebEngine {
     /// Stops the driver and closes the database now (a call still running keeps it open until
     /// it ends). Later calls fail with `CLOSED`.
     pub fn close(&self) {
-        if let Some(d) = &self.inner.driver {
+        if let Some(d) = self.inner.driver.borrow_mut().take() {
             d.stop();
         }
         self.inner.engine.borrow_mut().take();

@@ -151,10 +151,13 @@ test('two devices, offline edits, a restored third device with the attachment, a
   await b.page.click('#confirm-no');
   assert.equal((await titles(b.page)).length, 2, 'nothing was replaced');
 
-  // A todo added on A appears on B.
+  // A todo added on A appears on B by itself: B's relay shows a live channel, so its poll
+  // timer is a one-minute safety net and only the live notice can bring the todo this soon.
+  await eventually(async () => (await b.page.$('#relays .relay[data-live=live]')) !== null, 15000, 'B is live');
+  assert.match(await b.page.textContent('#relays'), /· live/);
   await addTodo(a.page, 'Water the plants');
-  await b.page.click('#sync-now');
-  await eventually(async () => (await titles(b.page)).includes('Water the plants'), 15000, 'A\'s new todo on B');
+  await eventually(async () => (await titles(b.page)).includes('Water the plants'), 15000, 'A\'s new todo on B, live');
+  await shot(b.page, '2c-live');
 
   // B goes offline, edits, and its edits arrive when it is back.
   await b.context.setOffline(true);

@@ -71,8 +71,9 @@ test('focus and online events each trigger a sync', async () => {
   await open(writer, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false });
   const readerContext = await browser.newContext();
   const reader = await openApp(readerContext, server.url);
-  // The poll interval is far away: only the events can make the reader sync.
-  await open(reader, { secret: phrase, relays: [RELAY], schema: SCHEMA, syncIntervalMs: 3600000 });
+  // The poll interval is far away and no live channel is open: only the events can make the
+  // reader sync.
+  await open(reader, { secret: phrase, relays: [RELAY], schema: SCHEMA, syncIntervalMs: 3600000, live: false });
   await eventually(() => reader.evaluate(async () => (await window.engine.getRelayStatuses())[0].state === 'synced'), 10000, 'boot sync');
 
   await writer.evaluate(async () => {
@@ -91,6 +92,39 @@ test('focus and online events each trigger a sync', async () => {
   await readerContext.setOffline(true);
   await readerContext.setOffline(false); // fires 'online' in the page
   await eventually(async () => (await titles(reader)).includes('after online'), 10000, 'the online sync');
+  await writerContext.close();
+  await readerContext.close();
+});
+
+test('a write on one device shows at once on another, idle one: no sync(), the poll an hour away, one live channel for two tabs', async () => {
+  const phrase = `sf1_${Buffer.from(crypto.getRandomValues(new Uint8Array(32))).toString('base64url')}`;
+  const writerContext = await browser.newContext();
+  const writer = await openApp(writerContext, server.url);
+  await open(writer, { secret: phrase, relays: [RELAY], schema: SCHEMA });
+  await writer.evaluate(() => window.engine.insert('todos', { id: '0', title: 'first' }));
+  await eventually(() => writer.evaluate(async () => (await window.engine.getRelayStatuses())[0].state === 'synced'), 10000, 'the writer pushed');
+
+  const readerContext = await browser.newContext();
+  const waits = [];
+  readerContext.on('request', (r) => r.url().includes('/v1/events/wait') && waits.push(r.url()));
+  const reader = await openApp(readerContext, server.url);
+  await open(reader, { secret: phrase, relays: [RELAY], schema: SCHEMA, syncIntervalMs: 3600000 });
+  const second = await openApp(readerContext, server.url);
+  assert.equal((await open(second, { secret: phrase, relays: [RELAY], schema: SCHEMA, syncIntervalMs: 3600000 })).role, 'follower');
+  const live = (page) => page.evaluate(async () => (await window.engine.getRelayStatuses())[0].live);
+  await eventually(async () => (await live(reader)).state === 'live', 10000, 'the reader\'s channel is live');
+  assert.equal((await live(second)).state, 'live', 'the follower tab sees the leader\'s channel');
+  await eventually(async () => (await titles(reader)).includes('first'), 10000, 'the boot pass');
+
+  const sent = Date.now();
+  await writer.evaluate(() => window.engine.insert('todos', { id: '1', title: 'live' }));
+  await eventually(async () => (await titles(second)).includes('live'), 10000, 'the write on the idle device');
+  const took = Date.now() - sent;
+  assert.ok(took < 5000, `arrived after ${took} ms, well before any poll`);
+  // One engine (in the leader tab's worker) holds one wait per relay, however many tabs.
+  const open_ = new Set(waits).size;
+  assert.ok(waits.length >= 1, 'the channel is a wait request');
+  assert.ok(open_ <= 3, `${waits.length} waits for ${open_} cursors from two tabs`);
   await writerContext.close();
   await readerContext.close();
 });

@@ -224,7 +224,7 @@ test('a hidden page polls less than a visible one', async () => {
       window.passes = 0;
       window.engine.onStatus(() => window.passes++);
     });
-  const opts = { relays: [RELAY], schema: SCHEMA, syncIntervalMs: 200 };
+  const opts = { relays: [RELAY], schema: SCHEMA, syncIntervalMs: 200, live: false };
   await open(hidden, { ...opts, secret: await phraseIn(hidden), dbName: 'hidden.db' });
   await hidden.evaluate(() => {
     Object.defineProperty(document, 'visibilityState', { value: 'hidden', configurable: true });
