@@ -16,7 +16,7 @@ use futures_util::future::{join3, select, Either};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 
 use super::io::{LocalFuture, Timer};
-use super::live::{LiveStep, LIVE_SAFETY_POLL_MS};
+use super::live::{LiveStep, LIVE_SAFETY_POLL_MS, LIVE_TERMINAL_RETRY_MS};
 use super::{Engine, SyncTrigger};
 
 /// The default poll period (the spec's 5 s).
@@ -101,6 +101,8 @@ pub struct Driver {
     requests: Signal,
     /// Stop, reconnect (online, wake) or a change of relays: every wait and pause ends early.
     control: Signal,
+    /// Reconnects so far (a control change that also resets the channels' backoff).
+    reconnects: Cell<u64>,
 }
 
 impl std::fmt::Debug for Driver {
@@ -128,6 +130,7 @@ impl Driver {
             requested: Cell::new(None),
             requests: Signal::default(),
             control: Signal::default(),
+            reconnects: Cell::new(0),
         })
     }
 
@@ -174,6 +177,7 @@ impl Driver {
     /// Ends every open wait and reconnect delay: the live channels start over at once (the
     /// network changed, the device woke).
     pub fn reconnect(&self) {
+        self.reconnects.set(self.reconnects.get() + 1);
         self.control.notify();
     }
 
@@ -194,12 +198,12 @@ impl Driver {
         }
     }
 
-    /// Sleeps `ms` unless stopped or reconnected first; true if it slept the whole time.
-    async fn pause(&self, ms: u64) -> bool {
+    /// Sleeps `ms` unless stopped, or the control signal moved past `since` (before or
+    /// during the sleep); true if it slept the whole time.
+    async fn pause(&self, ms: u64, since: u64) -> bool {
         if self.stopped.get() {
             return false;
         }
-        let since = self.control.generation();
         matches!(select(self.timer.sleep(ms), self.control.changed(since)).await, Either::Left(_))
     }
 
@@ -244,7 +248,7 @@ impl Driver {
             let factor = if self.visible.get() { 1 } else { HIDDEN_POLL_FACTOR };
             let tick = self.options.interval_ms.saturating_mul(factor);
             let before = self.engine.now();
-            let slept = self.pause(tick).await;
+            let slept = self.pause(tick, self.control.generation()).await;
             if self.stopped.get() {
                 return;
             }
@@ -268,7 +272,8 @@ impl Driver {
     }
 
     /// One live channel per relay: started for each relay in use; a channel that ended (the
-    /// relay offers none, or is closed) starts again only after a reconnect or a relay change.
+    /// relay offers none, or is closed) starts again after a reconnect, a relay change, or
+    /// [`LIVE_TERMINAL_RETRY_MS`] (a relay may have gained live notices since).
     async fn live_loop_all(&self) {
         if !self.options.live {
             return;
@@ -285,44 +290,62 @@ impl Driver {
                 }
             }
             let since = self.control.generation();
-            if running.is_empty() {
-                if self.stopped.get() {
-                    return;
-                }
-                self.control.changed(since).await;
-                ended.clear();
-                continue;
+            if running.is_empty() && self.stopped.get() {
+                return;
             }
-            match select(running.next(), self.control.changed(since)).await {
-                Either::Left((Some(url), _)) => {
+            let any_ended = !ended.is_empty();
+            let look_again = Box::pin(async move {
+                if any_ended {
+                    select(self.control.changed(since), self.timer.sleep(LIVE_TERMINAL_RETRY_MS)).await;
+                } else {
+                    self.control.changed(since).await;
+                }
+            });
+            let ended_one = if running.is_empty() {
+                look_again.await;
+                None
+            } else {
+                match select(running.next(), look_again).await {
+                    Either::Left((url, _)) => url,
+                    Either::Right(_) => None,
+                }
+            };
+            match ended_one {
+                Some(url) => {
                     active.retain(|u| *u != url);
                     ended.push(url);
                 }
-                Either::Left((None, _)) => {}
-                Either::Right(_) => ended.clear(),
+                None => {
+                    for url in ended.drain(..) {
+                        self.engine.live_reset(&url);
+                    }
+                }
             }
         }
     }
 
     /// The live channel of one relay, until it is stopped, removed, closed or unsupported.
     async fn live_loop(&self, url: String) -> String {
+        let mut reconnects = self.reconnects.get();
         loop {
             if self.stopped.get() || !self.engine.relay_urls().contains(&url) {
                 self.engine.live_off(&url);
                 return url;
             }
+            if self.reconnects.get() != reconnects {
+                reconnects = self.reconnects.get();
+                self.engine.live_reset(&url);
+            }
             let since = self.control.generation();
             let started = self.engine.wall.precise_ms();
             let step = match select(Box::pin(self.engine.live_turn(&url)), self.control.changed(since)).await {
                 Either::Left((step, _)) => step,
-                Either::Right(_) => {
-                    self.engine.live_reset(&url);
-                    continue;
-                }
+                Either::Right(_) => continue,
             };
             let delay = match step {
                 LiveStep::Notice { head, epoch } => {
-                    let next = self.engine.live_catch_up(&url, head, epoch.as_deref()).await;
+                    let go_on = || !self.stopped.get();
+                    let next = self.engine.live_catch_up(&url, head, epoch.as_deref(), &go_on).await;
                     self.after_pass().await;
                     match next {
                         Ok(LiveStep::Retry { after_ms }) => after_ms,
@@ -341,8 +364,8 @@ impl Driver {
                     return url;
                 }
             };
-            if delay > 0 && !self.pause(delay).await {
-                self.engine.live_reset(&url);
+            if delay > 0 {
+                self.pause(delay, since).await;
             }
         }
     }

@@ -78,6 +78,9 @@ pub(crate) struct LiveRuntime {
     pub info: LiveInfo,
     /// Failures in a row (the reconnect backoff's exponent).
     pub failures: u32,
+    /// The relay's head seq as of this device's last complete pull: the events between the
+    /// cursor and it no longer exist, so waits start there.
+    pub pulled_head: Option<u64>,
 }
 
 impl Default for LiveRuntime {
@@ -86,6 +89,7 @@ impl Default for LiveRuntime {
             support: Support::Unknown,
             info: LiveInfo { state: LiveState::Off, reason: None, retry_at: None },
             failures: 0,
+            pulled_head: None,
         }
     }
 }
@@ -150,9 +154,15 @@ impl Engine {
         self.set_live(url, LiveState::Off, None, None);
     }
 
-    /// Forgets the reconnect backoff of `url` (the network came back, the device woke).
+    /// Forgets the reconnect backoff of `url`, and whether it offers live notices (asked
+    /// again): the network came back, the device woke, or it is time to look again.
     pub fn live_reset(&self, url: &str) {
-        self.with_relay(url, |r| r.live.failures = 0);
+        self.with_relay(url, |r| {
+            r.live.failures = 0;
+            if matches!(r.live.support, Support::No(_)) {
+                r.live.support = Support::Unknown;
+            }
+        });
     }
 
     /// Whether every relay in use has a healthy live channel (then the poll timer is only a
@@ -187,7 +197,10 @@ impl Engine {
         let support = match self.api(url, &identity).health_info().await {
             Ok(h) => match h.wait {
                 Some(path) if valid_wait_path(&path) => Support::At(path),
-                Some(path) => Support::No(format!("the relay advertises an unusable wait path {path:?}; polling")),
+                Some(path) => {
+                    let shown: String = path.chars().take(80).collect();
+                    Support::No(format!("the relay advertises an unusable wait path {shown:?}; polling"))
+                }
                 None => Support::No("the relay offers no live notices; polling".into()),
             },
             Err(f) => return Err(self.live_failed(url, format!("/health failed: {}", f.message()), 0)),
@@ -222,7 +235,8 @@ impl Engine {
             Err(e) => return self.live_failed(url, format!("the local database failed: {e}"), 0),
         };
         let after = if cursor.is_empty() { Some(0) } else { cursor.parse::<u64>().ok() };
-        let Some(after) = after else {
+        let pulled_head = self.with_relay(url, |r| r.live.pulled_head).flatten().unwrap_or(0);
+        let Some(after) = after.map(|a| a.max(pulled_head)) else {
             let reason = "the relay's cursors are not seqs, which its wait endpoint needs; polling".to_owned();
             self.with_relay(url, |r| r.live.support = Support::No(reason.clone()));
             self.set_live(url, LiveState::Polling, Some(reason), None);
@@ -240,12 +254,12 @@ impl Engine {
         let timeout = LIVE_WAIT_MS.saturating_add(self.options.request_timeout_ms);
         let api = self.api(url, &identity).with_timeout(timeout).with_max_response_bytes(MAX_WAIT_ANSWER_BYTES);
         match api.wait(&path, after, LIVE_WAIT_MS).await {
-            Ok(answer) => {
+            // A notice does not end a backoff: only a quiet wait or a pull that caught up does
+            // (a relay whose pulls fail keeps answering waits at once).
+            Ok(Some(n)) => LiveStep::Notice { head: n.head_seq, epoch: n.epoch },
+            Ok(None) => {
                 self.with_relay(url, |r| r.live.failures = 0);
-                match answer {
-                    Some(n) => LiveStep::Notice { head: n.head_seq, epoch: n.epoch },
-                    None => LiveStep::Quiet,
-                }
+                LiveStep::Quiet
             }
             Err(f) => self.live_refused(url, &f),
         }
@@ -286,6 +300,8 @@ impl Engine {
     /// Whether this device's cursor for `url` has reached `head` in `epoch`.
     fn caught_up(&self, url: &str, head: u64, epoch: Option<&str>) -> Result<bool, EngineError> {
         let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
+        let pulled_head = self.with_relay(url, |r| r.live.pulled_head).flatten();
+        let cursor = cursor.max(pulled_head);
         let stored_epoch = self.meta(&format!("epoch:{url}"))?;
         let same_epoch = match (epoch, stored_epoch.as_deref()) {
             (Some(e), Some(s)) => e == s,
@@ -297,33 +313,56 @@ impl Engine {
 
     /// Pulls after a notice of `url` (a full pass, as automatic passes are): after the pass
     /// that is running, and only if this device has not caught up with `head` meanwhile (its
-    /// own push wakes its own wait, for one). A pull that did not catch up backs the channel
-    /// off, so a relay whose pull fails cannot make the wait answer — and the pass run — in a
-    /// tight loop.
-    pub async fn live_catch_up(&self, url: &str, head: u64, epoch: Option<&str>) -> Result<LiveStep, EngineError> {
+    /// own push wakes its own wait, for one). Passes continue while relays have work left and
+    /// `go_on()` holds. A pull that did not catch up backs the channel off (growing), so a
+    /// relay whose pulls fail cannot make the wait answer — and a pass run — in a tight loop.
+    /// Relays backing off are left alone, as by the poll timer — except from a backoff for
+    /// being unreachable, which the notice itself disproves.
+    pub async fn live_catch_up(
+        &self,
+        url: &str,
+        head: u64,
+        epoch: Option<&str>,
+        go_on: &dyn Fn() -> bool,
+    ) -> Result<LiveStep, EngineError> {
         drop(self.sync_lock.lock().await);
         if self.caught_up(url, head, epoch)? {
             return Ok(LiveStep::Quiet);
         }
-        // The relay just answered: a retry backoff from an earlier failure no longer holds for it.
+        // The relay just answered: a backoff because it was unreachable is over (one because
+        // it answered with an error, and maybe `Retry-After`, still holds).
         self.with_relay(url, |r| {
-            if r.error.as_ref().is_some_and(|e| !e.terminal) {
+            if r.state == RelayState::Offline {
                 r.backoff_until = None;
             }
         });
         for _ in 0..super::driver::MAX_PASSES {
+            if !go_on() {
+                return Ok(LiveStep::Quiet);
+            }
             match self.sync_queued(SyncTrigger::Live).await? {
                 Some(r) if r.more() => continue,
-                _ => break,
+                Some(_) => break,
+                // Joined a pass that was already waiting: let it run, then look.
+                None => drop(self.sync_lock.lock().await),
+            }
+            if self.caught_up(url, head, epoch)? {
+                break;
             }
         }
         if self.caught_up(url, head, epoch)? {
+            self.with_relay(url, |r| r.live.failures = 0);
             return Ok(LiveStep::Quiet);
         }
-        let why = self
-            .with_relay(url, |r| r.error.as_ref().map(|e| e.message.clone()))
-            .flatten()
-            .unwrap_or_else(|| "another pass was running".into());
+        let why = self.with_relay(url, |r| {
+            let backing_off = r.backoff_until.is_some_and(|t| t > self.now());
+            match (&r.error, backing_off) {
+                (Some(e), true) => format!("the relay is backing off after: {}", e.message),
+                (Some(e), false) => e.message.clone(),
+                (None, _) => "the pass did not reach the relay's head".into(),
+            }
+        });
+        let why = why.unwrap_or_default();
         Ok(self.live_failed(url, format!("the pull after a notice did not catch up ({why})"), 0))
     }
 }

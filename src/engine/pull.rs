@@ -224,6 +224,11 @@ impl Engine {
                 _ => false,
             };
             if page.events.is_empty() || next == cursor || at_head {
+                // Caught up with the relay's snapshot: its head may lie past the last event
+                // that still exists (the newest were compacted away); live waits start there.
+                if let Some(head) = page.head_seq {
+                    self.with_relay(url, |r| r.live.pulled_head = Some(head));
+                }
                 break;
             }
             if budget.is_some_and(|b| progress.pages >= b) {

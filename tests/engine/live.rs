@@ -11,7 +11,9 @@ use simplysync::engine::io::Clock;
 use simplysync::engine::{Driver, DriverOptions, LiveState};
 use simplysync::native::TokioTimer;
 
-use crate::harness::{phrase, todo, Device, TestRelay};
+use simplysync::engine::io::TransportError;
+
+use crate::harness::{phrase, todo, Device, Fault, TestRelay};
 
 const HOUR_MS: u64 = 3_600_000;
 
@@ -193,7 +195,12 @@ async fn a_notice_whose_pull_keeps_failing_backs_off_instead_of_spinning() {
     let waits = || b.net.started("GET", "/v1/events/wait");
     driving(&[&drive_b], async {
         until("B's channel is live", || live_state(&b) == LiveState::Live).await;
-        b.net.fail("/v1/events?ownerId", 500, None);
+        // Pulls get no answer (waits do): the notice's pass cannot catch up.
+        b.net.faults.borrow_mut().push_back(Fault {
+            matches: Box::new(|r| r.url.contains("/v1/events?ownerId")),
+            respond: Box::new(|_| Err(TransportError("connection reset (injected)".into()))),
+            times: None,
+        });
         a.engine.insert("todos", todo("1", "unpullable")).unwrap();
         a.sync().await;
         until("B is reconnecting", || live_state(&b) == LiveState::Reconnecting).await;
@@ -204,6 +211,7 @@ async fn a_notice_whose_pull_keeps_failing_backs_off_instead_of_spinning() {
         let tries = waits() - before;
         assert!(tries <= 4, "{tries} waits in 2 s while every pull fails");
         b.net.clear();
+        // The next notice lifts the backoff the failed pulls caused (the relay answers again).
         until("B has A's write once pulls work", || has(&b, "1")).await;
     })
     .await;
@@ -235,6 +243,72 @@ async fn many_waiting_devices_do_not_starve_pushes() {
         assert_eq!(report.relays[0].error, None, "the push went through");
         assert_eq!(report.relays[0].pushed, 300);
         until("B has all 300", || (0..300).all(|i| has(&b, &format!("w{i}")))).await;
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn the_safety_net_still_polls_once_a_minute_while_the_channel_is_healthy() {
+    let relay = TestRelay::start();
+    let (_a, b) = pair(&relay).await;
+    let pulls = || b.net.started("GET", "/v1/events?ownerId");
+    let drive_b = driver(&b, 100, true);
+    driving(&[&drive_b], async {
+        until("B's channel is live", || live_state(&b) == LiveState::Live).await;
+        tokio::time::sleep(Duration::from_millis(300)).await; // the boot pass ends
+        let before = pulls();
+        // Seventy seconds pass in ten-second steps (no step long enough to look like a sleep).
+        for _ in 0..7 {
+            b.clock.advance(10_000);
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+        until("the safety-net poll", || pulls() > before).await;
+        assert_eq!(live_state(&b), LiveState::Live);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_head_past_the_last_remaining_event_does_not_keep_the_channel_answering() {
+    let relay = TestRelay::start();
+    let (a, b) = pair(&relay).await;
+    // A writes a row and purges it: the relay compacts its events away, so the owner's head
+    // seq stays past the last event B can ever pull.
+    a.engine.insert("todos", todo("gone", "soon purged")).unwrap();
+    a.sync().await;
+    assert_eq!(a.engine.purge_rows("todos", &["gone".to_owned()]).unwrap(), 1);
+    a.sync().await;
+    let drive_b = driver(&b, HOUR_MS, true);
+    let waits = || b.net.started("GET", "/v1/events/wait");
+    driving(&[&drive_b], async {
+        until("B's channel is live", || live_state(&b) == LiveState::Live).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let before = waits();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert_eq!(live_state(&b), LiveState::Live, "{:?}", b.status(0).live);
+        assert!(waits() - before <= 1, "{} waits in 1.5 s: the wait answers at once", waits() - before);
+    })
+    .await;
+    assert!(!has(&b, "gone"));
+}
+
+#[tokio::test]
+async fn notices_do_not_override_a_relays_retry_after() {
+    let relay = TestRelay::start();
+    let (a, b) = pair(&relay).await;
+    let pulls = || b.net.started("GET", "/v1/events?ownerId");
+    let drive_b = driver(&b, HOUR_MS, true);
+    driving(&[&drive_b], async {
+        until("B's channel is live", || live_state(&b) == LiveState::Live).await;
+        let busy = r#"{"error":"overloaded","message":"busy"}"#;
+        b.net.answer(|r| r.url.contains("/v1/events?ownerId"), 503, busy, Some("3600"), None);
+        a.engine.insert("todos", todo("1", "while the relay is busy")).unwrap();
+        a.sync().await;
+        until("B's notice pass met the 503", || b.status(0).backoff_until.is_some()).await;
+        let before = pulls();
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(pulls() - before, 0, "notices kept answering, but the relay asked for an hour");
+        assert_eq!(live_state(&b), LiveState::Reconnecting);
     })
     .await;
 }
