@@ -135,7 +135,12 @@ async fn the_channel_reconnects_with_backoff_when_the_relay_goes_away_and_comes_
         assert!(status.retry_at.is_some(), "{status:?}");
         // Backing off: over two seconds, a handful of tries, not a storm.
         let before = tries();
+        let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let log = seen.clone();
+        let listener = b.engine.on_status(move |s| log.borrow_mut().push(s[0].live.state));
         tokio::time::sleep(Duration::from_secs(2)).await;
+        b.engine.unsubscribe(listener);
+        assert!(!seen.borrow().contains(&LiveState::Live), "shown live while the relay is down: {:?}", seen.borrow());
         let tried = tries() - before;
         assert!((1..=4).contains(&tried), "{tried} tries in 2 s");
         relay.restart();
