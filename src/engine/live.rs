@@ -230,13 +230,11 @@ impl Engine {
             Ok(None) => return LiveStep::Unsupported,
             Err(step) => return step,
         };
-        let cursor = match self.meta(&format!("cursor:{url}")) {
-            Ok(c) => c.unwrap_or_default(),
+        let after = match self.live_position(url) {
+            Ok(p) => p,
             Err(e) => return self.live_failed(url, format!("the local database failed: {e}"), 0),
         };
-        let after = if cursor.is_empty() { Some(0) } else { cursor.parse::<u64>().ok() };
-        let pulled_head = self.with_relay(url, |r| r.live.pulled_head).flatten().unwrap_or(0);
-        let Some(after) = after.map(|a| a.max(pulled_head)) else {
+        let Some(after) = after else {
             let reason = "the relay's cursors are not seqs, which its wait endpoint needs; polling".to_owned();
             self.with_relay(url, |r| r.live.support = Support::No(reason.clone()));
             self.set_live(url, LiveState::Polling, Some(reason), None);
@@ -297,18 +295,26 @@ impl Engine {
         }
     }
 
-    /// Whether this device's cursor for `url` has reached `head` in `epoch`.
+    /// How far this device has read `url`'s log, as a seq: its cursor (none yet: 0) or the
+    /// head of its last complete pull, whichever is higher. `None` when the cursor is not a seq
+    /// (a relay whose cursors are opaque cannot be waited on).
+    fn live_position(&self, url: &str) -> Result<Option<u64>, EngineError> {
+        let cursor = self.meta(&format!("cursor:{url}"))?.unwrap_or_default();
+        let read = if cursor.is_empty() { Some(0) } else { cursor.parse::<u64>().ok() };
+        let pulled_head = self.with_relay(url, |r| r.live.pulled_head).flatten().unwrap_or(0);
+        Ok(read.map(|c| c.max(pulled_head)))
+    }
+
+    /// Whether this device has read `url`'s log up to `head` in `epoch`.
     fn caught_up(&self, url: &str, head: u64, epoch: Option<&str>) -> Result<bool, EngineError> {
-        let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
-        let pulled_head = self.with_relay(url, |r| r.live.pulled_head).flatten();
-        let cursor = cursor.max(pulled_head);
         let stored_epoch = self.meta(&format!("epoch:{url}"))?;
         let same_epoch = match (epoch, stored_epoch.as_deref()) {
             (Some(e), Some(s)) => e == s,
-            (Some(_), None) => cursor.is_none(),
+            // No epoch stored: only a device that never pulled from it (nothing to compare).
+            (Some(_), None) => self.meta(&format!("cursor:{url}"))?.is_none(),
             (None, _) => true,
         };
-        Ok(same_epoch && cursor.is_some_and(|c| c >= head))
+        Ok(same_epoch && self.live_position(url)?.is_some_and(|p| p >= head))
     }
 
     /// Pulls after a notice of `url` (a full pass, as automatic passes are): after the pass

@@ -388,13 +388,13 @@ impl WebEngine {
     /// ([`crate::engine::driver::HIDDEN_POLL_FACTOR`]).
     #[wasm_bindgen(js_name = setVisible)]
     pub fn set_visible(&self, visible: bool) {
-        if let Some(d) = self.inner.driver.borrow().as_ref() {
+        if let Some(d) = self.driver() {
             d.set_visible(visible);
         }
     }
 
     fn after_write(&self) {
-        if let Some(d) = self.inner.driver.borrow().as_ref() {
+        if let Some(d) = self.driver() {
             d.request(SyncTrigger::Write);
         }
     }
@@ -511,7 +511,7 @@ impl WebEngine {
             "online" => SyncTrigger::Online,
             other => return Err(bad_arg(format!("notify({other:?}): expected \"focus\" or \"online\""))),
         };
-        if let Some(d) = self.inner.driver.borrow().as_ref() {
+        if let Some(d) = self.driver() {
             d.request(trigger);
         }
         Ok(())
@@ -528,7 +528,7 @@ impl WebEngine {
     pub fn add_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.add_relay(&url)).map_err(err)?;
-        if let Some(d) = self.inner.driver.borrow().as_ref() {
+        if let Some(d) = self.driver() {
             d.relays_changed();
         }
         self.after_write();
@@ -540,7 +540,7 @@ impl WebEngine {
     pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
         let e = &self.engine()?;
         e.once(request_id.as_deref(), || e.remove_relay(&url)).map_err(err)?;
-        if let Some(d) = self.inner.driver.borrow().as_ref() {
+        if let Some(d) = self.driver() {
             d.relays_changed();
         }
         Ok(())
@@ -724,6 +724,11 @@ impl WebEngine {
     /// call; a no-op unless the database lives in IndexedDB).
     pub async fn flush(&self) -> Result<(), JsValue> {
         self.inner.flush().await
+    }
+
+    /// The driver, unless `autoSync` is off or the engine closed.
+    fn driver(&self) -> Option<Rc<Driver>> {
+        self.inner.driver.borrow().clone()
     }
 
     fn engine(&self) -> Result<Rc<Engine>, JsValue> {
