@@ -136,6 +136,12 @@ for (const engine of ENGINES) {
     await b.run(() => window.engine.sync());
     assert.deepEqual(await titles(b), ['one', 'two', 'written offline']);
 
+    // Live: with B's channel open its poll is a minute away, so A's change reaching B without
+    // a sync() on B came through a live notice (a long-poll in this browser's worker).
+    await b.until(async () => (await window.engine.getRelayStatuses())[0].live.state === 'live', 'B\'s channel is live');
+    await a.run(() => window.engine.update('todos', '2', { done: true }));
+    await b.until(async () => (await window.engine.get('todos', '2')).done === true, 'A\'s change on B, live');
+
     // Two tabs of A's profile share the engine.
     const tab1 = await a.handle();
     await a.newTab();
