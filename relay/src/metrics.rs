@@ -227,3 +227,9 @@ impl Metrics {
         out
     }
 }
+
+/// The live-notice gauge: long-polls this process holds now.
+pub fn live_gauge(waiting: usize) -> String {
+    let name = "simplysync_live_waiters";
+    format!("# HELP {name} Long-polls (GET /v1/events/wait) this process holds now.\n# TYPE {name} gauge\n{name} {waiting}\n")
+}

@@ -83,6 +83,8 @@ async fn waiters_hold_no_place_in_the_request_budget_and_have_limits_of_their_ow
         })
         .collect();
     tokio::time::sleep(Duration::from_millis(500)).await;
+    let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    assert!(metrics.contains("\nsimplysync_live_waiters 3\n"), "{metrics}");
     // Three waiting requests, and a budget of two: pushes and pulls still pass.
     assert_eq!(relay.pull(&alice, "", None).await.status, 200);
     let fourth = wait(&relay, &alice, after, 20_000).await;
@@ -115,4 +117,13 @@ async fn a_shutdown_answers_waiting_devices_at_once() {
 async fn health_advertises_the_wait_endpoint() {
     let relay = Relay::start(&[]);
     assert_eq!(relay.get("/health", None).await.json()["wait"], "/v1/events/wait");
+}
+
+#[tokio::test]
+async fn with_live_notices_off_the_endpoint_is_neither_advertised_nor_served() {
+    let relay = Relay::start(&[("LIVE_MAX_WAITERS", "0")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    assert_eq!(relay.get("/health", None).await.json().get("wait"), None);
+    wait(&relay, &alice, 0, 100).await.assert_error(404, "not_found");
 }

@@ -31,7 +31,8 @@ pub async fn metrics(State(st): State<AppState>, headers: HeaderMap) -> Result<R
         }
     }
     let stats = blocking(&st, |s| s.stats()).await?;
-    let text = st.metrics.render(&stats);
+    let mut text = st.metrics.render(&stats);
+    text.push_str(&crate::metrics::live_gauge(st.live.waiting()));
     Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response())
 }
 
