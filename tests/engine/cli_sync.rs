@@ -178,3 +178,56 @@ fn sync_gives_up_on_a_stalled_relay_after_its_timeout() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("300 ms"), "{err}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_cli_sync_gets_other_devices_writes_live() {
+    use std::io::{BufRead, BufReader};
+    use std::time::{Duration, Instant};
+
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("1", "first")).unwrap();
+    a.sync().await;
+    let dir = temp_dir("cli-live");
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, serde_json::to_string(&todo_schema(1, &[])).unwrap()).unwrap();
+    let db = dir.join("cli.sqlite");
+    let (db, sch) = (db.to_str().unwrap().to_owned(), schema.to_str().unwrap());
+    assert!(cli(&["restore", "--db", &db, "--relay", &relay.url, "--schema", sch], &secret).status.success());
+    // Polls once an hour: only a live notice can bring A's next write.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync"))
+        .args(["sync", "--db", &db, "--relay", &relay.url, "--interval-ms", "3600000"])
+        .env("SIMPLYSYNC_SECRET", &secret)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let line = rx.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("a status line");
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if v[0]["live"]["state"] == "live" {
+            break;
+        }
+    }
+    a.engine.insert("todos", todo("2", "live")).unwrap();
+    a.sync().await;
+    let has_it = || {
+        let conn = rusqlite::Connection::open_with_flags(&db, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        conn.query_row("SELECT count(*) FROM todos WHERE id = '2'", [], |r| r.get::<_, i64>(0)).unwrap_or(0) == 1
+    };
+    while !has_it() {
+        assert!(Instant::now() < deadline, "the running CLI did not get A's write");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
