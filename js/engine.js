@@ -2,6 +2,7 @@
 // this tab's worker or forwards it to the tab that runs the engine.
 import { invalid } from './errors.js';
 import { toBytes } from './protocol.js';
+import { Watches } from './watch.js';
 
 /** A SimplySync engine. Create one with {@link createEngine}. */
 export class Engine {
@@ -9,9 +10,11 @@ export class Engine {
   #onFocus = null;
   #onOnline = null;
   #blobUrls = new Set();
+  #watches;
 
   constructor(hub) {
     this.#hub = hub;
+    this.#watches = new Watches(hub);
     if (typeof window !== 'undefined' && hub.autoSync) {
       this.#onFocus = () => hub.call('notify', ['focus']).catch(() => {});
       this.#onOnline = () => hub.call('notify', ['online']).catch(() => {});
@@ -67,6 +70,31 @@ export class Engine {
 
   query(sql, params = []) {
     return this.#hub.call('query', [sql, params]);
+  }
+
+  watch(table, options, callback, onError) {
+    if (typeof options === 'function') [options, callback, onError] = [{}, options, callback];
+    if (typeof table !== 'string' || !table) throw invalid('watch(table, options, callback): table must be a non-empty string');
+    if (options !== undefined && options !== null && typeof options !== 'object') {
+      throw invalid('watch(table, options, callback): options must be an object ({where, orderBy, limit, includeDeleted})');
+    }
+    const listOptions = { ...(options ?? {}) };
+    return this.#watches.add({ tables: [table], run: () => this.list(table, listOptions), callback, onError });
+  }
+
+  watchQuery(sql, params, callback, onError) {
+    if (typeof params === 'function') [params, callback, onError] = [[], params, callback];
+    if (typeof sql !== 'string' || !sql.trim()) throw invalid('watchQuery(sql, params, callback): sql must be a non-empty string');
+    if (params !== undefined && params !== null && !Array.isArray(params)) {
+      throw invalid('watchQuery(sql, params, callback): params must be an array');
+    }
+    const args = [...(params ?? [])];
+    return this.#watches.add({
+      findTables: () => this.#hub.call('queryTables', [sql]),
+      run: () => this.query(sql, args),
+      callback,
+      onError,
+    });
   }
 
   subscribe(tables, callback) {

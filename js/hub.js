@@ -16,6 +16,9 @@
 // re-sent call never applies twice.
 import { Calls } from './calls.js';
 import { SimplySyncError, closedError, revive, toWire } from './errors.js';
+import { stableJson } from './stable-json.js';
+
+export { stableJson };
 
 /** Calls that change data: they carry a request id (their call id). */
 export const MUTATING = new Set([
@@ -36,15 +39,6 @@ const PERMANENT = new Set([
 const randomId = () =>
   globalThis.crypto?.randomUUID?.() ?? `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
 
-/** JSON with sorted keys, to compare schemas. */
-export function stableJson(v) {
-  if (Array.isArray(v)) return `[${v.map(stableJson).join(',')}]`;
-  if (v && typeof v === 'object') {
-    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${stableJson(v[k])}`).join(',')}}`;
-  }
-  return JSON.stringify(v ?? null);
-}
-
 /** Asks the browser to keep the site's storage (never waits long: Firefox may never answer). */
 async function persistStorage() {
   const persist = globalThis.navigator?.storage?.persist;
@@ -62,7 +56,7 @@ export class Hub {
   #options;
   #calls;
   #workerCalls = new Map(); // worker-call id -> {resolve, reject}
-  #listeners = { change: new Set(), status: new Set(), progress: new Set(), owner: new Set(), closed: new Set() };
+  #listeners = { change: new Set(), status: new Set(), progress: new Set(), owner: new Set(), closed: new Set(), refresh: new Set() };
   #shared = null;
   #inbox = null;
   #outboxes = new Map();
@@ -128,6 +122,7 @@ export class Hub {
 
   async #lead() {
     if (this.closed) return;
+    const takeover = this.#everReady;
     try {
       await this.#startEngine();
       if (this.closed) throw closedError(); // closed (or timed out) while it opened
@@ -157,6 +152,8 @@ export class Hub {
     this.#shared?.postMessage({ type: 'leader', from: this.tabId });
     this.#ready();
     this.#applyVisibility();
+    // Changes the previous leader made as it went may not have reached this tab: live queries re-run.
+    if (takeover) this.#emit('refresh');
     // Calls this tab had sent to a previous leader that never answered: run them here.
     for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
     // Hold the lock (and the database) until this tab closes or the engine is closed.
@@ -223,6 +220,7 @@ export class Hub {
         await this.#startEngine();
         this.#restarts = 0;
         this.#applyVisibility();
+        this.#emit('refresh');
         for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
       } catch (e) {
         if (!this.#worker) this.#worker = { terminate() {} }; // let the next failure count
@@ -287,17 +285,20 @@ export class Hub {
       case 'hello':
         if (this.role === 'leader') this.#shared.postMessage({ type: 'leader', from: this.tabId });
         break;
-      case 'leader':
+      case 'leader': {
         if (msg.from === this.tabId) break;
+        const newLeader = msg.from !== this.leaderId;
         this.leaderId = msg.from;
         if (this.role !== 'leader') {
           this.role = 'follower';
           if (!this.#everReady) this.#join();
           this.#shared.postMessage({ type: 'visibility', from: this.tabId, visible: this.#isVisible() });
+          if (this.#everReady && newLeader) this.#emit('refresh'); // a new leader: live queries re-run
           // Calls the previous leader did not answer go to the new one (once each).
           for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
         }
         break;
+      }
       case 'bye':
         this.#visible.delete(msg.from);
         this.#outboxes.get(msg.from)?.close();

@@ -17,7 +17,7 @@ const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 // Engine methods a tab may call, with the number of arguments before the request id of the
 // mutating ones (anything else is refused).
 const METHODS = new Set([
-  'get', 'list', 'query', 'sync', 'notify', 'relayStatuses', 'getBlob', 'getBlobChunk', 'blobManifest',
+  'get', 'list', 'query', 'queryTables', 'sync', 'notify', 'relayStatuses', 'getBlob', 'getBlobChunk', 'blobManifest',
   'recoveryPhrase', 'pendingRekey', 'quarantined', 'deferred', 'storage', 'setVisible',
 ]);
 const MUTATING = {

@@ -83,12 +83,7 @@ impl Engine {
     /// object keyed by column name. Writes, multiple statements and syntax errors are refused.
     pub fn query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
         let db = self.db.borrow();
-        let mut stmt = db.prepare(sql).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
-        if !stmt.readonly() {
-            return Err(EngineError::InvalidQuery(
-                "only read-only statements are allowed; write through the engine".into(),
-            ));
-        }
+        let mut stmt = prepare_read(&db, sql)?;
         if stmt.parameter_count() != params.len() {
             return Err(EngineError::InvalidQuery(format!(
                 "the statement takes {} parameters, {} given",
@@ -112,4 +107,45 @@ impl Engine {
         }
         Ok(out)
     }
+
+    /// The tables of the schema that a read-only SQL statement reads (through joins, subqueries,
+    /// views and CTEs alike), sorted: a live query re-runs when a change touches one of them.
+    /// Asked of SQLite itself: the b-trees its compiled program opens for reading (`OpenRead`
+    /// in `EXPLAIN`), each a table or an index of one.
+    pub fn tables_read(&self, sql: &str) -> Result<Vec<String>, EngineError> {
+        use std::collections::{BTreeMap, BTreeSet};
+
+        let db = self.db.borrow();
+        drop(prepare_read(&db, sql)?);
+        let bad = |e: rusqlite::Error| EngineError::InvalidQuery(e.to_string());
+        let mut roots = BTreeSet::new();
+        let mut program = db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)?;
+        let mut steps = program.raw_query();
+        while let Some(step) = steps.next().map_err(bad)? {
+            // Columns: addr, opcode, p1, p2 (the root page), p3 (the database: 0 is main).
+            if step.get_ref(1)?.as_str().ok() == Some("OpenRead") && step.get::<_, i64>(4)? == 0 {
+                roots.insert(step.get::<_, i64>(3)?);
+            }
+        }
+        drop(steps);
+        let mut owner_of_root = BTreeMap::new();
+        let mut schema = db.prepare("SELECT rootpage, tbl_name FROM sqlite_schema WHERE rootpage > 0")?;
+        let mut rows = schema.query([])?;
+        while let Some(r) = rows.next()? {
+            owner_of_root.insert(r.get::<_, i64>(0)?, r.get::<_, String>(1)?);
+        }
+        let read: BTreeSet<String> = roots.iter().filter_map(|root| owner_of_root.get(root).cloned()).collect();
+        Ok(read.into_iter().filter(|t| self.schema.table(t).is_some()).collect())
+    }
+}
+
+/// Prepares one read-only statement (writes, several statements and syntax errors refused).
+fn prepare_read<'c>(db: &'c rusqlite::Connection, sql: &str) -> Result<rusqlite::Statement<'c>, EngineError> {
+    let stmt = db.prepare(sql).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
+    if !stmt.readonly() {
+        return Err(EngineError::InvalidQuery(
+            "only read-only statements are allowed; write through the engine".into(),
+        ));
+    }
+    Ok(stmt)
 }

@@ -498,6 +498,13 @@ impl WebEngine {
         Ok(rows.iter().map(to_js).collect::<Array>().into())
     }
 
+    /// The schema tables a read-only SQL statement reads (what a live query watches).
+    #[wasm_bindgen(js_name = queryTables)]
+    pub fn query_tables(&self, sql: String) -> Result<JsValue, JsValue> {
+        let tables = self.engine()?.tables_read(&sql).map_err(err)?;
+        Ok(tables.iter().map(|t| JsValue::from_str(t)).collect::<Array>().into())
+    }
+
     /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
     pub async fn sync(&self) -> Result<JsValue, JsValue> {
         let report = self.engine()?.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(err)?;

@@ -1,11 +1,12 @@
 // The package's plain-JS modules on their own, in Node (no browser): call bookkeeping,
-// errors, schema comparison.
+// errors, schema comparison, live-query coalescing.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { Calls } from '../../js/calls.js';
 import { SimplySyncError, revive, toWire } from '../../js/errors.js';
 import { LEADER_ONLY, MUTATING, stableJson } from '../../js/hub.js';
+import { Watches } from '../../js/watch.js';
 
 test('a call settles once, with its answer or its error', async () => {
   const calls = new Calls('tab');
@@ -51,4 +52,114 @@ test('the secret-revealing calls are leader-only and every mutating call carries
   for (const m of ['transaction', 'putBlob', 'purgeDeleted', 'purgeRows', 'addRelay', 'removeRelay', 'rekey']) {
     assert.ok(MUTATING.has(m), m);
   }
+});
+
+/** Engine events by hand, and a query whose answers the test releases one at a time. */
+function liveHarness(options = { paced: false }) {
+  const listeners = { change: new Set(), refresh: new Set(), closed: new Set() };
+  const events = {
+    on: (name, fn) => listeners[name].add(fn),
+    emit: (name, data) => listeners[name].forEach((fn) => fn(data)),
+  };
+  const pending = [];
+  const run = () => new Promise((resolve, reject) => pending.push({ resolve, reject }));
+  const answer = async (value) => {
+    pending.shift().resolve(value);
+    await new Promise((r) => setTimeout(r));
+  };
+  const fail = async (error) => {
+    pending.shift().reject(error);
+    await new Promise((r) => setTimeout(r));
+  };
+  return { watches: new Watches(events, options), events, run, answer, fail, pending };
+}
+
+test('a live query calls back at once, and a burst of changes while it runs costs one more run', async () => {
+  const h = liveHarness();
+  const seen = [];
+  const stop = h.watches.add({ tables: ['todos'], run: h.run, callback: (rows) => seen.push(rows) });
+  assert.equal(stop.runs, 1, 'the first run starts at once');
+  for (let i = 0; i < 100; i++) h.events.emit('change', { tables: ['todos'] });
+  assert.equal(h.pending.length, 1, 'no second run while the first is pending');
+  await h.answer([1]);
+  assert.deepEqual(seen, [[1]]);
+  assert.equal(stop.runs, 2, 'a hundred changes meanwhile: exactly one more run');
+  await h.answer([1, 2]);
+  assert.deepEqual(seen, [[1], [1, 2]]);
+  assert.equal(h.pending.length, 0, 'and no run after it');
+  stop();
+  h.events.emit('change', { tables: ['todos'] });
+  assert.equal(h.pending.length, 0, 'stopped: changes no longer run it');
+  assert.equal(h.watches.size, 0);
+});
+
+test('a live query ignores other tables and does not repeat an unchanged result', async () => {
+  const h = liveHarness();
+  const seen = [];
+  h.watches.add({ tables: ['todos'], run: h.run, callback: (rows) => seen.push(rows) });
+  await h.answer([{ id: 'a', n: 1 }]);
+  h.events.emit('change', { tables: ['notes'] });
+  assert.equal(h.pending.length, 0, 'a change to another table does not run it');
+  h.events.emit('change', { tables: ['notes', 'todos'] });
+  await h.answer([{ n: 1, id: 'a' }]);
+  assert.equal(seen.length, 1, 'the same rows (whatever the key order) are not delivered again');
+  h.events.emit('refresh');
+  await h.answer([{ id: 'a', n: 2 }]);
+  assert.deepEqual(seen.at(-1), [{ id: 'a', n: 2 }], 'a refresh (new leader) re-runs it');
+  h.events.emit('closed');
+  assert.equal(h.watches.size, 0, 'the engine closed: every live query ends');
+});
+
+test('a live query learns its tables first, and re-runs on any change until it knows them', async () => {
+  const h = liveHarness();
+  const seen = [];
+  let asked = 0;
+  h.watches.add({
+    findTables: () => {
+      asked++;
+      return h.run();
+    },
+    run: h.run,
+    callback: (rows) => seen.push(rows),
+  });
+  h.events.emit('change', { tables: ['notes'] }); // while the tables are not known yet
+  await h.answer(['todos']);
+  await h.answer([7]);
+  assert.deepEqual(seen, [[7]]);
+  assert.equal(h.pending.length, 1, 'the change that came before the tables were known runs it again');
+  await h.answer([7]);
+  h.events.emit('change', { tables: ['notes'] });
+  assert.equal(h.pending.length, 0, 'now it knows it reads todos only');
+  assert.equal(asked, 1);
+});
+
+test('a live query reports errors: a passing one keeps it, a bad query ends it', async () => {
+  const h = liveHarness();
+  const errors = [];
+  const seen = [];
+  h.watches.add({ tables: ['todos'], run: h.run, callback: (rows) => seen.push(rows), onError: (e) => errors.push(e.code) });
+  await h.fail(new SimplySyncError('the leader went away', 'TIMEOUT'));
+  h.events.emit('change', { tables: ['todos'] });
+  await h.answer([1]);
+  assert.deepEqual(seen, [[1]], 'after a timeout the next change runs it again');
+  h.events.emit('change', { tables: ['todos'] });
+  await h.fail({ message: 'no such column: titel', code: 'INVALID_QUERY' });
+  h.events.emit('change', { tables: ['todos'] });
+  assert.equal(h.pending.length, 0, 'a bad query is not run again');
+  assert.deepEqual(errors, ['TIMEOUT', 'INVALID_QUERY']);
+  assert.equal(h.watches.size, 0);
+  assert.throws(() => h.watches.add({ tables: ['todos'], run: h.run, callback: 'nope' }), (e) => e.code === 'INVALID_ARGUMENT');
+});
+
+test('a paced live query waits as long as its last run took before the next', async () => {
+  const h = liveHarness({ paced: true });
+  h.watches.add({ tables: ['todos'], run: h.run, callback: () => {} });
+  await new Promise((r) => setTimeout(r, 120)); // the first run "takes" 120 ms
+  h.events.emit('change', { tables: ['todos'] });
+  await h.answer([1]);
+  assert.equal(h.pending.length, 0, 'not at once');
+  await new Promise((r) => setTimeout(r, 60));
+  assert.equal(h.pending.length, 0, 'not after half the time');
+  await new Promise((r) => setTimeout(r, 150));
+  assert.equal(h.pending.length, 1, 'after as long as the last run took');
 });

@@ -203,6 +203,28 @@ async fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
 }
 
 #[test]
+async fn tables_read_names_the_schema_tables_a_statement_reads_however_it_reads_them() {
+    let d = device().await;
+    let read = |sql: &str| d.engine.tables_read(sql).unwrap();
+    assert_eq!(read("SELECT id, title FROM todos WHERE done = 0"), ["todos"]);
+    assert_eq!(read("SELECT 1 AS one"), Vec::<String>::new());
+    assert_eq!(read("SELECT count(*) FROM blob"), ["blob"]);
+    let join = "WITH open AS (SELECT id, image FROM todos WHERE NOT deleted) \
+                SELECT o.id FROM open o WHERE EXISTS (SELECT 1 FROM blob b WHERE b.id = o.image)";
+    assert_eq!(read(join), ["blob", "todos"]);
+    // The engine's own tables are not the app's: no change event ever names them.
+    assert_eq!(read("SELECT count(*) FROM _sync_outbox"), Vec::<String>::new());
+    for bad in ["DELETE FROM todos", "SELECT 1; SELECT 2", "SELEC", "SELECT * FROM nowhere"] {
+        assert_eq!(d.engine.tables_read(bad).unwrap_err().code(), "INVALID_QUERY", "{bad}");
+    }
+    // Asking leaves nothing behind: writes and reads (cached statements included) still work.
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    d.engine.insert("todos", todo("b", "eggs")).unwrap();
+    let n = d.engine.query("SELECT count(*) AS n FROM todos", &[]).unwrap()[0].get("n").and_then(Json::as_f64);
+    assert_eq!(n, Some(2.0));
+}
+
+#[test]
 async fn json_and_boolean_columns_round_trip_with_their_types() {
     let d = device().await;
     let meta = parse_json(r#"{"tags":["a","\ud800"],"n":1.5,"nested":{"z":null}}"#).unwrap();
