@@ -1,5 +1,6 @@
-// Serves the example page and the built npm package (pkg/ at /pkg/), plus /config.json with
-// the relay URL. No bundler: the page imports /pkg/index.js as a plain ES module.
+// Serves the example page and the built npm package (pkg/ at /pkg/), the React example's build
+// (example-web/react/dist at /react/) and /config.json with the relay URL. No bundler for the
+// plain page: it imports /pkg/index.js as a plain ES module.
 //   node example-web/serve.mjs [--port 8080] [--relay http://127.0.0.1:8787]
 import { createReadStream, existsSync, statSync } from 'node:fs';
 import http from 'node:http';
@@ -20,7 +21,11 @@ const TYPES = { '.html': 'text/html; charset=utf-8', '.js': 'text/javascript', '
 
 function resolve(urlPath) {
   const clean = decodeURIComponent(urlPath);
-  const [base, rel] = clean.startsWith('/pkg/') ? [path.join(root, 'pkg'), clean.slice(5)] : [here, clean.slice(1)];
+  const [base, rel] = clean.startsWith('/pkg/')
+    ? [path.join(root, 'pkg'), clean.slice(5)]
+    : clean.startsWith('/react/')
+      ? [path.join(here, 'react/dist'), clean.slice(7)]
+      : [here, clean.slice(1)];
   const file = path.join(base, rel || 'index.html');
   return file.startsWith(base) ? file : null;
 }
@@ -31,11 +36,17 @@ const server = http.createServer((req, res) => {
     res.writeHead(200, { 'Content-Type': 'application/json', 'Cache-Control': 'no-store' });
     return res.end(JSON.stringify({ relays: [relay] }));
   }
+  if (url.pathname === '/react') {
+    res.writeHead(302, { Location: '/react/' });
+    return res.end();
+  }
   let file = resolve(url.pathname);
   if (file && existsSync(file) && statSync(file).isDirectory()) file = path.join(file, 'index.html');
-  if (!file || !existsSync(file) || file.endsWith('serve.mjs')) {
+  const source = file && file.startsWith(path.join(here, 'react') + path.sep) && !file.startsWith(path.join(here, 'react/dist'));
+  if (!file || source || !existsSync(file) || file.endsWith('serve.mjs')) {
     res.writeHead(404, { 'Content-Type': 'text/plain' });
-    return res.end('not found');
+    const unbuilt = url.pathname.startsWith('/react/') && !existsSync(path.join(here, 'react/dist'));
+    return res.end(unbuilt ? 'the React example is not built: bash scripts/run.sh builds it (see README)' : 'not found');
   }
   res.writeHead(200, { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream', 'Cache-Control': 'no-cache' });
   createReadStream(file).pipe(res);

@@ -17,14 +17,14 @@ export type ColumnType = 'text' | 'integer' | 'real' | 'boolean' | 'json' | 'blo
 /** One declared column. */
 export interface ColumnDef {
   /** A letter or `_`, then letters, digits or `_` (at most 64). `id`, `updatedAt`, `deleted` are reserved. */
-  name: string;
-  type: ColumnType;
+  readonly name: string;
+  readonly type: ColumnType;
 }
 
 /** One declared table. */
 export interface TableDef {
-  name: string;
-  columns: ColumnDef[];
+  readonly name: string;
+  readonly columns: readonly ColumnDef[];
 }
 
 /**
@@ -34,12 +34,100 @@ export interface TableDef {
  */
 export interface Schema {
   /** Defaults to 1. */
-  schemaVersion?: number;
-  tables: TableDef[];
+  readonly schemaVersion?: number;
+  readonly tables: readonly TableDef[];
+}
+
+/**
+ * Declares the schema once, with its literal names and types kept, so that the engine's calls
+ * are typed by it: table names, column names and value types are checked by the compiler. At run
+ * time it returns its argument (no cost). An object literal written inline in
+ * {@link createEngine}'s options is typed the same way.
+ * @example
+ * ```ts
+ * const schema = defineSchema({ tables: [
+ *   { name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] },
+ * ] });
+ * const engine = await createEngine({ secret, relays, schema });
+ * await engine.insert('todos', { id: 'a', title: 'Milk', done: false }); // checked
+ * const open: RowOf<typeof schema, 'todos'>[] = await engine.list('todos', { where: { done: false } });
+ * ```
+ */
+export declare function defineSchema<const S extends Schema>(schema: S): S;
+
+/** The TypeScript type of a column type's values (every column may also be null). */
+export type ColumnValue<T extends ColumnType> = T extends 'text' | 'blob'
+  ? string
+  : T extends 'integer' | 'real'
+    ? number
+    : T extends 'boolean'
+      ? boolean
+      : JsonValue;
+
+/** The names of a schema's tables. */
+export type TableName<S extends Schema> = S['tables'][number]['name'];
+
+type TableOf<S extends Schema, T extends string> = Extract<S['tables'][number], { readonly name: T }>;
+
+/** True for a schema whose names are plain strings (not declared with literal types): calls are then untyped. */
+type Loose<S extends Schema> = string extends TableName<S> ? true : false;
+
+type Flat<T> = { [K in keyof T]: T[K] } & {};
+
+/** The declared columns of table `T`, each a value of its type or null. */
+export type Columns<S extends Schema, T extends string> = {
+  -readonly [C in TableOf<S, T>['columns'][number] as C['name']]: ColumnValue<C['type']> | null;
+};
+
+/** A stored row of table `T`: system columns plus its declared columns ({@link Row} for an untyped schema). */
+export type RowOf<S extends Schema, T extends string> = Loose<S> extends true
+  ? Row
+  : Flat<{ id: string; updatedAt: string; deleted: boolean } & Columns<S, T>>;
+
+/** What to insert or upsert into table `T`: `id` plus any of its columns ({@link RowInput} for an untyped schema). */
+export type InsertOf<S extends Schema, T extends string> = Loose<S> extends true
+  ? RowInput
+  : Flat<{ id: string } & Partial<Columns<S, T>>>;
+
+/** A patch of table `T`'s columns. */
+export type PatchOf<S extends Schema, T extends string> = Loose<S> extends true
+  ? { [column: string]: JsonValue }
+  : Partial<Columns<S, T>>;
+
+type OrderColumn<S extends Schema, T extends string> = 'id' | 'updatedAt' | (keyof Columns<S, T> & string);
+
+/** {@link ListOptions} of table `T`: filters and ordering by its own columns. */
+export type ListOptionsOf<S extends Schema, T extends string> = Loose<S> extends true
+  ? ListOptions
+  : {
+      where?: Partial<Columns<S, T>> & { id?: string };
+      orderBy?: OrderColumn<S, T> | `${OrderColumn<S, T>} asc` | `${OrderColumn<S, T>} desc`;
+      limit?: number;
+      includeDeleted?: boolean;
+    };
+
+/** One operation of {@link Engine.transaction}, typed by the schema. */
+export type OperationOf<S extends Schema> = Loose<S> extends true
+  ? Operation
+  : {
+      [T in TableName<S>]:
+        | { op: 'insert'; table: T; row: InsertOf<S, T> }
+        | { op: 'upsert'; table: T; row: InsertOf<S, T> }
+        | { op: 'update'; table: T; id: string; patch: PatchOf<S, T> }
+        | { op: 'delete'; table: T; id: string };
+    }[TableName<S>];
+
+/**
+ * A running live query ({@link Engine.watch}, {@link Engine.watchQuery}): call it to stop it.
+ * `runs` counts how many times the query ran (changes that arrive while it runs cause one more run, not one each).
+ */
+export interface LiveQuery {
+  (): void;
+  readonly runs: number;
 }
 
 /** Options of {@link createEngine}. */
-export interface EngineOptions {
+export interface EngineOptions<S extends Schema = Schema> {
   /**
    * A recovery phrase (12–24 words) or an `sf1_` key — for a new device (a phrase the user just
    * wrote down, or typed to restore). Leave it out to reopen a database that already holds its
@@ -48,7 +136,8 @@ export interface EngineOptions {
   secret?: string;
   /** Relay base URLs. Each URL is an opaque key: a trailing slash makes a different relay. */
   relays: string[];
-  schema: Schema;
+  /** The tables and columns ({@link defineSchema} types every call by it). */
+  schema: S;
   /** The database's name (its OPFS directory or IndexedDB store). Default `simplysync.db`. Tabs with the same name share one engine. */
   dbName?: string;
   /**
@@ -354,7 +443,7 @@ export declare class SimplySyncError extends Error {
  * const open = await engine.list('todos', { where: { done: false }, orderBy: 'title' });
  * ```
  */
-export declare class Engine {
+export declare class Engine<S extends Schema = Schema> {
   /** The public, pseudonymous owner id. */
   readonly ownerId: string;
   /** This device's id. */
@@ -399,7 +488,7 @@ export declare class Engine {
    * await engine.insert('todos', { id: 't1', title: 'Milk' });
    * ```
    */
-  insert(table: string, row: RowInput): Promise<Row>;
+  insert<T extends TableName<S>>(table: T, row: InsertOf<S, T>): Promise<RowOf<S, T>>;
   /**
    * Changes the given columns of a live row; the whole new row syncs.
    * @example
@@ -407,7 +496,7 @@ export declare class Engine {
    * await engine.update('todos', 't1', { done: true });
    * ```
    */
-  update(table: string, id: string, patch: { [column: string]: JsonValue }): Promise<Row>;
+  update<T extends TableName<S>>(table: T, id: string, patch: PatchOf<S, T>): Promise<RowOf<S, T>>;
   /**
    * Writes the whole row (absent columns become null), creating it if needed.
    * @example
@@ -415,7 +504,7 @@ export declare class Engine {
    * await engine.upsert('todos', { id: 't1', title: 'Oat milk', done: false });
    * ```
    */
-  upsert(table: string, row: RowInput): Promise<Row>;
+  upsert<T extends TableName<S>>(table: T, row: InsertOf<S, T>): Promise<RowOf<S, T>>;
   /**
    * Soft-deletes a live row (values kept until purged).
    * @example
@@ -423,7 +512,7 @@ export declare class Engine {
    * await engine.delete('todos', 't1');
    * ```
    */
-  delete(table: string, id: string): Promise<Row>;
+  delete<T extends TableName<S>>(table: T, id: string): Promise<RowOf<S, T>>;
   /**
    * Applies operations atomically: all or none.
    * @example
@@ -434,7 +523,7 @@ export declare class Engine {
    * ]);
    * ```
    */
-  transaction(ops: Operation[]): Promise<Row[]>;
+  transaction(ops: OperationOf<S>[]): Promise<RowOf<S, TableName<S>>[]>;
   /**
    * A live row, or `null`.
    * @example
@@ -442,7 +531,7 @@ export declare class Engine {
    * const todo = await engine.get('todos', 't1');
    * ```
    */
-  get(table: string, id: string): Promise<Row | null>;
+  get<T extends TableName<S>>(table: T, id: string): Promise<RowOf<S, T> | null>;
   /**
    * Rows of a table.
    * @example
@@ -450,7 +539,7 @@ export declare class Engine {
    * const rows = await engine.list('todos', { where: { done: false }, orderBy: 'title desc', limit: 50 });
    * ```
    */
-  list(table: string, options?: ListOptions): Promise<Row[]>;
+  list<T extends TableName<S>>(table: T, options?: ListOptionsOf<S, T>): Promise<RowOf<S, T>[]>;
   /**
    * One read-only SQL statement; each row is an object keyed by column name.
    * @example
@@ -458,7 +547,7 @@ export declare class Engine {
    * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');
    * ```
    */
-  query(sql: string, params?: JsonValue[]): Promise<{ [column: string]: JsonValue }[]>;
+  query<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[]): Promise<R[]>;
   /**
    * Calls `callback` after each committed batch touching `tables` (all tables when null).
    * Returns a function that unsubscribes.
@@ -467,7 +556,42 @@ export declare class Engine {
    * const stop = engine.subscribe(['todos'], (e) => render());
    * ```
    */
-  subscribe(tables: string[] | string | null, callback: (event: ChangeEvent) => void): () => void;
+  subscribe(tables: TableName<S>[] | TableName<S> | null, callback: (event: ChangeEvent) => void): () => void;
+  /**
+   * A live query over {@link Engine.list}: calls `callback` at once with the rows, and again with
+   * the new rows whenever a committed local batch or an applied remote page touches `table` and
+   * the rows differ from the last ones delivered. Runs are coalesced (one at a time; changes
+   * meanwhile cause one more run). Works in every tab. Errors go to `onError` (without it they
+   * are thrown as uncaught errors); an invalid table, column or option ends the live query.
+   * @example
+   * ```ts
+   * const stop = engine.watch('todos', { where: { done: false }, orderBy: 'title' }, (rows) => render(rows));
+   * stop(); // when the view goes away
+   * ```
+   */
+  watch<T extends TableName<S>>(
+    table: T,
+    options: ListOptionsOf<S, T> | undefined,
+    callback: (rows: RowOf<S, T>[]) => void,
+    onError?: (error: SimplySyncError) => void,
+  ): LiveQuery;
+  watch<T extends TableName<S>>(table: T, callback: (rows: RowOf<S, T>[]) => void, onError?: (error: SimplySyncError) => void): LiveQuery;
+  /**
+   * A live query over read-only SQL ({@link Engine.query}): re-runs when a change touches a table
+   * the statement reads (SQLite reports which: joins, subqueries and CTEs included), and calls
+   * back when the result differs.
+   * @example
+   * ```ts
+   * const stop = engine.watchQuery<{ open: number }>(
+   *   'SELECT count(*) AS open FROM todos WHERE NOT done AND NOT deleted', [], ([r]) => showCount(r.open));
+   * ```
+   */
+  watchQuery<R extends object = { [column: string]: JsonValue }>(
+    sql: string,
+    params: JsonValue[] | undefined,
+    callback: (rows: R[]) => void,
+    onError?: (error: SimplySyncError) => void,
+  ): LiveQuery;
   /**
    * Runs a full sync pass now (also with `autoSync: false`).
    * @example
@@ -531,7 +655,7 @@ export declare class Engine {
    * await engine.purgeRows('todos', ['t1', 't2']);
    * ```
    */
-  purgeRows(table: string, ids: string[]): Promise<number>;
+  purgeRows(table: TableName<S>, ids: string[]): Promise<number>;
   /**
    * Stores bytes as an encrypted blob (works offline; uploads on sync). Returns its manifest.
    * @example
@@ -678,7 +802,7 @@ export declare class Engine {
  *   : await createEngine({ ...options, secret: await askUserToWriteDown(await createMnemonic()) });
  * ```
  */
-export declare function createEngine(options: EngineOptions): Promise<Engine>;
+export declare function createEngine<const S extends Schema = Schema>(options: EngineOptions<S>): Promise<Engine<S>>;
 
 /**
  * Whether this browser keeps the secret of database `dbName` (default `simplysync.db`), so that

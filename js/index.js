@@ -4,6 +4,8 @@
 //   calls.js     calls in flight, with deadlines
 //   hub.js       tabs: leader election, routing, restarts
 //   engine.js    the Engine facade an app holds
+//   watch.js     live queries (watch, watchQuery)
+//   react.js     React bindings (the `simplysync/react` entry point)
 //   custody.js   the secret, sealed at rest with a non-extractable key (used by the worker)
 //   worker.js    the dedicated worker that runs the engine on OPFS
 import { Engine } from './engine.js';
@@ -18,6 +20,14 @@ export {
   createMnemonic, createRecoveryKey, decryptBlob, decryptEnvelope, deriveIdentity, encryptBlob, encryptPayload,
   validateSecret,
 } from './protocol.js';
+
+/**
+ * Declares the app's schema once, for typed rows (index.d.ts infers table and column names and
+ * types from it). At run time it returns the schema as it is.
+ */
+export function defineSchema(schema) {
+  return schema;
+}
 
 /** Whether this browser keeps a secret for `dbName`: then `createEngine` without `secret` reopens it. */
 export async function hasStoredSecret(dbName = 'simplysync.db') {

@@ -17,7 +17,7 @@ wasm-pack build --profile wasm-release --target web --mode no-install --out-dir 
   pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm
 mv pkg/simplysync_bg.opt.wasm pkg/simplysync_bg.wasm
 rm -f pkg/.gitignore pkg/package.json pkg/README.md
-cp js/*.js js/index.d.ts pkg-template/README.md pkg/
+cp js/*.js js/*.d.ts pkg-template/README.md pkg/
 sed "s/\"version\": \"0.0.0\"/\"version\": \"$VERSION\"/" pkg-template/package.json > pkg/package.json
 
 size() { printf '%-24s %9d bytes  %9d gzip\n' "$1" "$(wc -c < "pkg/$1")" "$(gzip -9 -c "pkg/$1" | wc -c)"; }

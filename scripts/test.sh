@@ -86,9 +86,12 @@ WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TE
 
 stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs bundlers.test.mjs)
-echo "TypeScript: the declarations type a strict app using the whole API"
+(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs)
+echo "TypeScript: the declarations type a strict app using the whole API; typed rows and hooks refuse wrong names and types"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
+
+stage "React: the React example (simplysync/react) type-checked, built from the tarball and run on two devices in Chromium"
+(cd tests/browser-js && node --test --test-concurrency=1 react.test.mjs)
 
 stage "example-web end to end (devices, offline, restore, tabs; screenshots in test-results/example/)"
 (cd tests/browser-js && node --test --test-concurrency=1 example.test.mjs)

@@ -27,6 +27,21 @@ export function buildApp() {
   return path.join(app, 'dist');
 }
 
+/**
+ * Builds the React example (example-web/react) against the packed tarball, after checking its
+ * types with its own strict tsc: what `bash scripts/run.sh` serves at /react/.
+ */
+export function buildReactExample() {
+  const app = path.join(root, 'example-web/react');
+  if (!existsSync(path.join(app, 'node_modules/react'))) {
+    execFileSync('npm', ['ci', '--no-audit', '--no-fund', '--silent'], { cwd: app, stdio: 'inherit' });
+  }
+  installPackage(app);
+  execFileSync(path.join(app, 'node_modules/.bin/tsc'), ['-p', 'tsconfig.json'], { cwd: app, stdio: 'inherit' });
+  execFileSync(path.join(app, 'node_modules/.bin/vite'), ['build'], { cwd: app, stdio: 'inherit' });
+  return path.join(app, 'dist');
+}
+
 /** Installs the packed tarball into the webpack probe app and bundles it with webpack 5. */
 export async function buildWebpackApp() {
   const app = path.join(here, 'webpack-app');

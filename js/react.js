@@ -1,0 +1,133 @@
+// React bindings (`simplysync/react`): an engine in context, and hooks on top of live queries
+// (Engine.watch / watchQuery) and the engine's status and progress events, all through
+// useSyncExternalStore. React is a peer dependency: the app's own copy is used, never bundled.
+import { createContext, createElement, useContext, useMemo, useSyncExternalStore } from 'react';
+
+import { SimplySyncError } from './errors.js';
+import { stableJson } from './stable-json.js';
+
+const EngineContext = createContext(null);
+
+/** Makes `engine` available to every hook below it. */
+export function EngineProvider({ engine, children }) {
+  if (!engine || typeof engine.watch !== 'function') {
+    throw new SimplySyncError('<EngineProvider engine={…}> needs the engine createEngine() resolved with', 'INVALID_ARGUMENT');
+  }
+  return createElement(EngineContext.Provider, { value: engine }, children);
+}
+
+/** The engine of the nearest EngineProvider. */
+export function useEngine() {
+  const engine = useContext(EngineContext);
+  if (!engine) throw new SimplySyncError('useEngine() and the query hooks need an <EngineProvider engine={…}> above them', 'INVALID_ARGUMENT');
+  return engine;
+}
+
+const LOADING = Object.freeze({ data: undefined, isLoading: true, error: null });
+
+/**
+ * An external store over one live query: the query runs while a component subscribes; its last
+ * state survives a resubscription (React's StrictMode subscribes twice).
+ */
+function liveStore(start) {
+  let state = LOADING;
+  let stop = null;
+  const listeners = new Set();
+  const set = (next) => {
+    state = next;
+    for (const fn of listeners) fn();
+  };
+  return {
+    subscribe(onChange) {
+      listeners.add(onChange);
+      if (!stop) {
+        try {
+          stop = start(
+            (data) => set({ data, isLoading: false, error: null }),
+            (error) => set({ data: state.data, isLoading: false, error }),
+          );
+        } catch (error) {
+          set({ data: state.data, isLoading: false, error });
+        }
+      }
+      return () => {
+        listeners.delete(onChange);
+        if (listeners.size === 0 && stop) {
+          stop();
+          stop = null;
+        }
+      };
+    },
+    getSnapshot: () => state,
+  };
+}
+
+function useLive(engine, key, start) {
+  // A new store only when the query itself changes (not on every render's new options object).
+  const store = useMemo(() => liveStore(start), [engine, key]);
+  return useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot);
+}
+
+/** Rows of `table` ({@link Engine.list} options), kept current: `{data, isLoading, error}`. */
+export function useQuery(table, options = {}) {
+  const engine = useEngine();
+  return useLive(engine, stableJson(['list', table, options]), (onData, onError) => engine.watch(table, options, onData, onError));
+}
+
+/** The result of a read-only SQL query, kept current: `{data, isLoading, error}`. */
+export function useSqlQuery(sql, params = []) {
+  const engine = useEngine();
+  return useLive(engine, stableJson(['sql', sql, params]), (onData, onError) => engine.watchQuery(sql, params, onData, onError));
+}
+
+/** A store of the latest value an engine event carried (`initial` until the first). */
+function eventStore(engine, listen, first) {
+  let value = null;
+  const listeners = new Set();
+  const set = (next) => {
+    value = next;
+    for (const fn of listeners) fn();
+  };
+  let off = null;
+  return {
+    subscribe(onChange) {
+      listeners.add(onChange);
+      if (!off) {
+        off = listen(set);
+        first?.().then((v) => value === null && off && set(v), () => {});
+      }
+      return () => {
+        listeners.delete(onChange);
+        if (listeners.size === 0 && off) {
+          off();
+          off = null;
+        }
+      };
+    },
+    getSnapshot: () => value,
+  };
+}
+
+const NO_STATUSES = Object.freeze([]);
+
+/** Every relay's status ({@link Engine.getRelayStatuses}), re-rendered on each change. */
+export function useRelayStatuses() {
+  const engine = useEngine();
+  const store = useMemo(() => eventStore(engine, (set) => engine.onStatus(set), () => engine.getRelayStatuses()), [engine]);
+  return useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot) ?? NO_STATUSES;
+}
+
+/** The latest pull progress report (for a restore's progress bar), or null before the first. */
+export function useSyncProgress() {
+  const engine = useEngine();
+  const store = useMemo(() => eventStore(engine, (set) => engine.onProgress(set)), [engine]);
+  return useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot);
+}
+
+/**
+ * The hooks, typed by the app's schema (index.d.ts / react.d.ts): `createHooks(schema)` or
+ * `createHooks<typeof schema>()`. At run time they are the same functions.
+ */
+export function createHooks() {
+  return { useEngine, useQuery, useSqlQuery, useRelayStatuses, useSyncProgress };
+}
