@@ -8,6 +8,18 @@ export PATH="${CARGO_HOME:-$HOME/.cargo}/bin:$PATH"
 
 stage() { echo; echo "=== $1"; }
 t0=$SECONDS
+# Every stage that runs browsers or servers ends: past its bound it is killed (its process group
+# with it) and the run fails, naming it, instead of hanging until CI's own limit.
+bounded() {
+  local secs=$1 rc=0
+  shift
+  timeout --kill-after=30 "$secs" "$@" || rc=$?
+  [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || echo "TIMED OUT after ${secs} s: $*" >&2
+  return "$rc"
+}
+# Node suites: a test that hangs fails after 5 minutes, and the runner exits once its tests are
+# done even if a failed test left a server or a child process holding the event loop.
+node_test=(node --test --test-force-exit --test-timeout=300000 --test-concurrency=1)
 
 stage "setup"
 bash scripts/setup.sh
@@ -29,7 +41,7 @@ trap services_down EXIT
 SIMPLYSYNC_TEST_PG="$(bash scripts/pg-throwaway.sh start "$pg_dir/pg")"
 SIMPLYSYNC_TEST_S3="$(bash scripts/s3-throwaway.sh start "$pg_dir/s3")"
 export SIMPLYSYNC_TEST_PG SIMPLYSYNC_TEST_S3
-cargo test --workspace --locked
+bounded 2400 cargo test --workspace --locked
 
 # The relay's backend-neutral suites again: one PostgreSQL-backed process, then three
 # processes on one database with requests spread round-robin over them. Not with three: the
@@ -40,13 +52,13 @@ pg1_suites=(--test contract_events --test contract_blobs --test contract_owner -
 pg3_suites=(--test contract_events --test contract_blobs --test contract_owner --test contract_ops
   --test concurrency --test crash --test robustness --test live)
 stage "relay contract suites on PostgreSQL (one process)"
-SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay "${pg1_suites[@]}"
+SIMPLYSYNC_TEST_BACKEND=postgres bounded 1200 cargo test --locked -p simplysync-relay "${pg1_suites[@]}"
 stage "relay contract suites on PostgreSQL (three processes, round-robin)"
-SIMPLYSYNC_TEST_BACKEND=postgres3 cargo test --locked -p simplysync-relay "${pg3_suites[@]}" \
+SIMPLYSYNC_TEST_BACKEND=postgres3 bounded 1200 cargo test --locked -p simplysync-relay "${pg3_suites[@]}" \
   -- --skip metrics_count_requests --skip waiters_hold_no_place
 stage "relay blob suites with chunks in S3-compatible storage (on SQLite, then PostgreSQL)"
-SIMPLYSYNC_TEST_BLOBS=s3 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
-SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres cargo test --locked -p simplysync-relay \
+SIMPLYSYNC_TEST_BLOBS=s3 bounded 1200 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
+SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres bounded 1200 cargo test --locked -p simplysync-relay \
   --test contract_blobs --test contract_owner --test object_store
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
@@ -78,26 +90,26 @@ export SIMPLYSYNC_TEST_RELAY SIMPLYSYNC_TEST_STALLED
 echo "test relay: $SIMPLYSYNC_TEST_RELAY, stalled listener: $SIMPLYSYNC_TEST_STALLED"
 # Un-configured test binaries (the lib's unit tests) also run in a dedicated worker.
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
-  wasm-pack test --headless --chrome --mode no-install -- --locked
+  bounded 2400 wasm-pack test --headless --chrome --mode no-install -- --locked
 
 stage "browser tests again in Firefox ESR (geckodriver)"
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
-  wasm-pack test --headless --firefox --geckodriver "${CARGO_HOME:-$HOME/.cargo}/bin/geckodriver" --mode no-install -- --locked
+  bounded 2400 wasm-pack test --headless --firefox --geckodriver "${CARGO_HOME:-$HOME/.cargo}/bin/geckodriver" --mode no-install -- --locked
 
 stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && node --test units.test.mjs && node --test --test-concurrency=1 package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs)
+(cd tests/browser-js && bounded 120 "${node_test[@]}" units.test.mjs && bounded 1200 "${node_test[@]}" package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs)
 echo "TypeScript: the declarations type a strict app using the whole API; typed rows and hooks refuse wrong names and types"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
 
 stage "React: the React example (simplysync/react) type-checked, built from the tarball and run on two devices in Chromium"
-(cd tests/browser-js && node --test --test-concurrency=1 react.test.mjs)
+(cd tests/browser-js && bounded 900 "${node_test[@]}" react.test.mjs)
 
 stage "example-web end to end (devices, offline, restore, tabs; screenshots in test-results/example/)"
-(cd tests/browser-js && node --test --test-concurrency=1 example.test.mjs)
+(cd tests/browser-js && bounded 900 "${node_test[@]}" example.test.mjs)
 
 stage "every engine: the packed package and the example page in Firefox ESR and WebKitGTK (two ways)"
-(cd tests/browser-js && node --test --test-concurrency=1 engines.test.mjs)
+(cd tests/browser-js && bounded 1200 "${node_test[@]}" engines.test.mjs)
 
 echo
 echo "all checks passed in $((SECONDS - t0)) s"
