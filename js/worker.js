@@ -30,10 +30,19 @@ async function open(secret, options) {
   engine = await Engine.open(secret ?? undefined, options, custodyFor(options.dbName), pageStore());
   dbName = options.dbName;
   schema = options.schema;
-  engine.onChange((data) => post({ event: 'change', data }));
+  const storage = engine.storage();
+  // On IndexedDB storage a commit is durable only once flushed: tabs hear of a local write after
+  // its flush, so no page shows a write that a reload could still take back (OPFS: durable at
+  // commit). Pulled pages are told at once: a reload before the pass's flush pulls them again.
+  // A failed flush is still told (the call reports STORAGE; the write is saved with the next).
+  const durableAtCommit = storage.mode !== 'idb';
+  engine.onChange((data) => {
+    if (durableAtCommit || data.source !== 'local') return post({ event: 'change', data });
+    // Not from inside the engine's callback: the flush runs once the commit has returned.
+    queueMicrotask(() => flushed().catch(() => {}).then(() => post({ event: 'change', data })));
+  });
   engine.onStatus((data) => post({ event: 'status', data }));
   engine.onProgress((data) => post({ event: 'progress', data }));
-  const storage = engine.storage();
   if (storage.mode !== 'memory') await markStored(dbName);
   return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema };
 }

@@ -2,8 +2,8 @@
 // geckodriver) and WebKitGTK (through WebKitWebDriver) — once with the Storage and File System
 // APIs Safari ships (there OPFS sync access handles are missing, so the engine lives in
 // IndexedDB) and once with WebKitGTK's defaults (no navigator.storage at all). In each: two
-// profiles as two devices, a reload that proves durability, offline and online, and two tabs of
-// one profile.
+// profiles as two devices, a reload that proves durability, offline and online, live sync and
+// live queries, and two tabs of one profile.
 import assert from 'node:assert/strict';
 import net from 'node:net';
 import { after, before, test } from 'node:test';
@@ -40,7 +40,11 @@ async function relayProxy() {
     online() {
       down = false;
     },
-    close: () => new Promise((r) => server.close(r)),
+    close() {
+      // Held connections (a browser's keep-alive, a live long-poll) would keep close() waiting.
+      for (const s of sockets) s.destroy();
+      return new Promise((r) => server.close(r));
+    },
   };
 }
 
@@ -73,6 +77,8 @@ const ENGINES = [
 for (const engine of ENGINES) {
   test(`${engine.name}: two devices, a reload, offline and online, two tabs, a browser restart`, async (t) => {
     const proxy = await relayProxy();
+    // Torn down even when an assertion fails, so a failing run still ends.
+    t.after(() => proxy.close());
     // One driver per device: WebKitWebDriver runs one session at a time.
     const device = async (profile) => {
       const driver = await Driver.start(engine.kind, { display: xvfb.display });
@@ -138,20 +144,44 @@ for (const engine of ENGINES) {
 
     // Live: with B's channel open its poll is a minute away, so A's change reaching B without
     // a sync() on B came through a live notice (a long-poll in this browser's worker).
+    // B's live query (engine.watch) calls back at once, then again with A's change.
     await b.until(async () => (await window.engine.getRelayStatuses())[0].live.state === 'live', 'B\'s channel is live');
+    await b.run(() => {
+      window.seen = [];
+      const show = (rows) => rows.map((r) => `${r.id}:${r.done === true ? 'done' : 'open'}`).join(',');
+      window.stopWatch = window.engine.watch('todos', { orderBy: 'id' }, (rows) => window.seen.push(show(rows)));
+    });
+    await b.until(() => window.seen.length === 1, 'B\'s live query at once');
     await a.run(() => window.engine.update('todos', '2', { done: true }));
     await b.until(async () => (await window.engine.get('todos', '2')).done === true, 'A\'s change on B, live');
+    await b.until(() => window.seen.at(-1) === '1:open,2:done,3:open', 'B\'s live query re-ran with A\'s change');
+    const seen = await b.run(() => {
+      window.stopWatch();
+      return window.seen;
+    });
+    assert.deepEqual(seen, ['1:open,2:open,3:open', '1:open,2:done,3:open'], 'one callback per new result, none unchanged');
 
-    // Two tabs of A's profile share the engine.
+    // Two tabs of A's profile share the engine; live queries in both see the follower's write.
     const tab1 = await a.handle();
+    await a.run(() => {
+      window.counts = [];
+      window.engine.watchQuery('SELECT count(*) AS n FROM todos', [], (rows) => window.counts.push(rows[0].n));
+    });
     await a.newTab();
     await a.navigate(app.url);
     await a.until(() => window.simplysync, 'the package in tab 2');
     const second = await open(a, undefined);
     assert.equal(second.role, 'follower');
+    await a.run(() => {
+      window.counts = [];
+      window.engine.watchQuery('SELECT count(*) AS n FROM todos', [], (rows) => window.counts.push(rows[0].n));
+    });
+    await a.until(() => window.counts.length === 1, 'the follower\'s live query at once');
     await a.run(() => window.engine.insert('todos', { id: '4', title: 'from tab 2' }));
+    await a.until(() => window.counts.at(-1) === 4, 'the follower\'s live query after its write');
     await a.switchTo(tab1);
     await a.until(async () => (await window.engine.list('todos')).length === 4, 'tab 1 sees tab 2\'s write');
+    await a.until(() => window.counts.at(-1) === 4, 'tab 1\'s live query after tab 2\'s write');
 
     // Offline, A writes and its browser quits; restarted on the same profile (still offline,
     // so nothing can come back from the relay), A still has the write: it was durable locally.
@@ -166,7 +196,6 @@ for (const engine of ENGINES) {
 
     await restarted.quit();
     await b.quit();
-    await proxy.close();
   });
 }
 
@@ -188,9 +217,11 @@ async function exampleServer(relay) {
 }
 
 for (const engine of ENGINES) {
-  test(`${engine.name}: the example page — first run, reload, restore, offline and online, two tabs`, async () => {
+  test(`${engine.name}: the example page — first run, reload, restore, offline and online, two tabs`, async (t) => {
     const proxy = await relayProxy();
+    t.after(() => proxy.close());
     const example = await exampleServer(proxy.url);
+    t.after(() => example.stop());
     const device = async () => {
       const driver = await Driver.start(engine.kind, { display: xvfb.display });
       drivers.push(driver);
@@ -267,8 +298,6 @@ for (const engine of ENGINES) {
 
     await a.quit();
     await b.quit();
-    example.stop();
-    await proxy.close();
   });
 }
 

@@ -282,3 +282,44 @@ test('without OPFS or IndexedDB the engine runs in memory and says so', async ()
   assert.deepEqual(await titles(page), ['still works']);
   await context.close();
 });
+
+test('on IndexedDB storage a tab hears of a write only once it is durable (flushed), never before', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const dbName = 'flush-before-notice.db';
+  const info = await open(page, { secret: await page.evaluate(() => window.simplysync.createMnemonic()), relays: [], schema: SCHEMA, dbName, storage: 'idb', autoSync: false });
+  assert.equal(info.storage.mode, 'idb');
+  const times = await page.evaluate(async (name) => {
+    // The page holds a write transaction on the page store for 800 ms: the worker's flush waits
+    // behind it, so the write is committed in memory but not yet durable for that long.
+    const db = await new Promise((resolve, reject) => {
+      const req = indexedDB.open(`simplysync-pages:${name}`);
+      req.onsuccess = () => resolve(req.result);
+      req.onerror = () => reject(req.error);
+    });
+    let released = 0;
+    const held = new Promise((resolve) => {
+      const tx = db.transaction(['meta'], 'readwrite');
+      const meta = tx.objectStore('meta');
+      const end = performance.now() + 800;
+      const spin = () => {
+        if (performance.now() < end) meta.get('header').onsuccess = spin;
+      };
+      spin();
+      tx.oncomplete = () => resolve((released = performance.now()));
+    });
+    let noticed = 0;
+    const off = window.engine.subscribe(['todos'], () => (noticed ||= performance.now()));
+    await window.engine.insert('todos', { id: 'n', title: 'durable first' });
+    const acked = performance.now();
+    await held;
+    off();
+    db.close();
+    return { released, noticed, acked };
+  }, dbName);
+  assert.ok(times.noticed > 0, 'the change was noticed');
+  assert.ok(times.noticed >= times.released, `noticed ${times.noticed - times.released} ms before the flush could commit`);
+  assert.ok(times.acked >= times.released, 'the write was acknowledged before it was durable');
+  await page.evaluate(() => window.engine.close());
+  await context.close();
+});
