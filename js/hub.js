@@ -220,7 +220,9 @@ export class Hub {
         await this.#startEngine();
         this.#restarts = 0;
         this.#applyVisibility();
+        // Live queries here and in follower tabs (whose calls failed with WORKER meanwhile) re-run.
         this.#emit('refresh');
+        this.#shared?.postMessage({ type: 'event', event: 'refresh' });
         for (const [id] of this.#calls.unanswered()) this.#dispatch(id);
       } catch (e) {
         if (!this.#worker) this.#worker = { terminate() {} }; // let the next failure count

@@ -67,7 +67,12 @@ export type ColumnValue<T extends ColumnType> = T extends 'text' | 'blob'
 /** The names of a schema's tables. */
 export type TableName<S extends Schema> = S['tables'][number]['name'];
 
-type TableOf<S extends Schema, T extends string> = Extract<S['tables'][number], { readonly name: T }>;
+type IsUnion<T, U = T> = T extends unknown ? ([U] extends [T] ? false : true) : never;
+
+/** `T` when it names one table; never for a union of names (whose columns would mix). */
+type OneTable<T extends string> = [IsUnion<T>] extends [false] ? T : never;
+
+type TableOf<S extends Schema, T extends string> = Extract<S['tables'][number], { readonly name: OneTable<T> }>;
 
 /** True for a schema whose names are plain strings (not declared with literal types): calls are then untyped. */
 type Loose<S extends Schema> = string extends TableName<S> ? true : false;
@@ -589,6 +594,12 @@ export declare class Engine<S extends Schema = Schema> {
   watchQuery<R extends object = { [column: string]: JsonValue }>(
     sql: string,
     params: JsonValue[] | undefined,
+    callback: (rows: R[]) => void,
+    onError?: (error: SimplySyncError) => void,
+  ): LiveQuery;
+  /** {@link Engine.watchQuery} of a statement without parameters. */
+  watchQuery<R extends object = { [column: string]: JsonValue }>(
+    sql: string,
     callback: (rows: R[]) => void,
     onError?: (error: SimplySyncError) => void,
   ): LiveQuery;

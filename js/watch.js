@@ -75,6 +75,9 @@ class Watch {
       if (this.stopped) return;
       const error = revive(e);
       if (FINAL.has(error.code)) this.stop();
+      // After a passing failure the next result is delivered even if it equals the last one:
+      // it tells the app (and useQuery's error state) that the query works again.
+      else this.#last = undefined;
       if (error.code === 'CLOSED') return; // the engine closed: onClose tells the app
       if (this.#onError) {
         try {

@@ -178,3 +178,28 @@ test('a follower tab\'s live query hears the leader\'s writes and its own, and k
   await follower.evaluate(() => window.engine.close());
   await context.close();
 });
+
+test('when the leader\'s worker dies and restarts, a follower\'s live query runs again by itself', async () => {
+  const context = await browser.newContext();
+  const leader = await openApp(context, server.url);
+  const follower = await openApp(context, server.url);
+  const secret = await leader.evaluate(() => window.simplysync.createMnemonic());
+  const options = { secret, relays: [], schema: SCHEMA, autoSync: false, dbName: 'watch-restart.db' };
+  assert.equal(await open(leader, options), 'leader');
+  assert.equal(await open(follower, options), 'follower');
+  await watch(follower, 'list', 'todos', { orderBy: 'id' });
+  await eventually(async () => (await seen(follower, 'list')).length === 1, 5000, 'the follower\'s first result');
+  const runs = () => follower.evaluate(() => window.live.list.runs);
+  assert.equal(await runs(), 1);
+  const worker = leader.workers().find((w) => w.url().includes('worker'));
+  assert.ok(worker, 'the leader\'s engine worker');
+  await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
+  // Nothing changed in the data: the second run is the restart's refresh, told to every tab
+  // (a follower whose calls failed with WORKER meanwhile would otherwise wait for a change).
+  await eventually(async () => (await runs()) === 2, 15000, 'the follower\'s live query re-run after the restart');
+  await leader.evaluate(() => window.engine.insert('todos', { id: 'r', title: 'after the restart' }));
+  await eventually(async () => (await seen(follower, 'list')).at(-1)?.length === 1, 5000, 'and it follows writes again');
+  await follower.evaluate(() => window.engine.close());
+  await leader.evaluate(() => window.engine.close());
+  await context.close();
+});

@@ -151,6 +151,23 @@ test('a live query reports errors: a passing one keeps it, a bad query ends it',
   assert.throws(() => h.watches.add({ tables: ['todos'], run: h.run, callback: 'nope' }), (e) => e.code === 'INVALID_ARGUMENT');
 });
 
+test('after a passing failure a live query delivers its result again, even if unchanged', async () => {
+  const h = liveHarness();
+  const seen = [];
+  const errors = [];
+  h.watches.add({ tables: ['todos'], run: h.run, callback: (rows) => seen.push(rows), onError: (e) => errors.push(e.code) });
+  await h.answer([1]);
+  h.events.emit('change', { tables: ['todos'] });
+  await h.fail(new SimplySyncError('the engine worker is restarting', 'WORKER'));
+  h.events.emit('refresh');
+  await h.answer([1]);
+  assert.deepEqual(errors, ['WORKER']);
+  assert.deepEqual(seen, [[1], [1]], 'the same rows again: the query works again (an error shown can clear)');
+  h.events.emit('change', { tables: ['todos'] });
+  await h.answer([1]);
+  assert.equal(seen.length, 2, 'and unchanged results are skipped again after that');
+});
+
 test('a paced live query waits as long as its last run took before the next', async () => {
   const h = liveHarness({ paced: true });
   h.watches.add({ tables: ['todos'], run: h.run, callback: () => {} });

@@ -44,6 +44,7 @@ export async function typed(secret: string): Promise<void> {
   engine.watch('tags', (rows) => console.log(rows.map((r) => r.label)))();
   engine.watchQuery<{ n: number }>('SELECT count(*) AS n FROM todos', [], ([row]) => console.log(row?.n))();
   const counted = await engine.query<{ n: number }>('SELECT count(*) AS n FROM todos');
+  engine.watchQuery<{ n: number }>('SELECT count(*) AS n FROM tags', ([row]) => console.log(row?.n))();
   engine.subscribe(['todos', 'tags'], () => {})();
   console.log(title, done, position, when, meta, maybeTitle, runs, counted[0]?.n, typedEngine.ownerId);
 
@@ -72,6 +73,9 @@ export async function typed(secret: string): Promise<void> {
   const wrong: number | null = todo.title;
   // @ts-expect-error: no such table to subscribe to
   engine.subscribe(['todo'], () => {});
+  const either = Math.random() < 0.5 ? 'todos' : 'tags';
+  // @ts-expect-error: a table name that may be either table takes no columns of one of them
+  await engine.insert(either, { id: 'x', label: 'home' });
   // @ts-expect-error: a column type the engine does not know
   defineSchema({ tables: [{ name: 't', columns: [{ name: 'c', type: 'varchar' }] }] });
   console.log(wrong);
