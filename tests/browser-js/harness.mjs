@@ -1,8 +1,9 @@
 // Shared by the browser tests: build the Vite app against the packed tarball, serve it, and
 // launch Debian's Chromium through playwright-core.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, createReadStream, existsSync, readdirSync, statSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
+import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
@@ -42,6 +43,23 @@ export function buildReactExample() {
   return path.join(app, 'dist');
 }
 
+/**
+ * The React example again as React's development build (StrictMode mounts every component twice
+ * and React checks hooks' snapshots), in a fresh directory with a /config.json naming `relay`.
+ * Call after {@link buildReactExample} (which installs the package).
+ */
+export function buildReactExampleDev(relay) {
+  const app = path.join(root, 'example-web/react');
+  const out = mkdtempSync(path.join(os.tmpdir(), 'simplysync-react-dev-'));
+  execFileSync(path.join(app, 'node_modules/.bin/vite'), ['build', '--outDir', out, '--emptyOutDir'], {
+    cwd: app,
+    stdio: 'inherit',
+    env: { ...process.env, NODE_ENV: 'development' },
+  });
+  writeFileSync(path.join(out, 'config.json'), JSON.stringify({ relays: [relay] }));
+  return out;
+}
+
 /** Installs the packed tarball into the webpack probe app and bundles it with webpack 5. */
 export async function buildWebpackApp() {
   const app = path.join(here, 'webpack-app');
@@ -65,7 +83,7 @@ export async function startViteDev() {
   return { url: `http://127.0.0.1:${port}`, close: () => server.close() };
 }
 
-const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css' };
+const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'application/wasm', '.css': 'text/css', '.json': 'application/json' };
 
 /** Serves a directory on a free loopback port. */
 export async function serve(dir) {

@@ -4,11 +4,12 @@
 // on the other; the relay badge and the open count follow.
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 
-import { buildReactExample, launch, pageErrors, RELAY } from './harness.mjs';
+import { buildReactExample, buildReactExampleDev, launch, pageErrors, RELAY, serve } from './harness.mjs';
 
 const root = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 let server;
@@ -57,6 +58,15 @@ test('the React example: a todo added on one device re-renders the list on anoth
   await a.page.waitForSelector('.badge[data-state=synced]', { timeout: 15000 });
 
   const b = await device();
+  // useSyncProgress: pull progress reaches the page (the most events one report carried).
+  await b.page.evaluate(() => {
+    window.mostReceived = 0;
+    new MutationObserver(() => {
+      for (const e of document.querySelectorAll('[data-events-received]')) {
+        window.mostReceived = Math.max(window.mostReceived, Number(e.dataset.eventsReceived));
+      }
+    }).observe(document.body, { subtree: true, childList: true, attributes: true, attributeFilter: ['data-events-received'] });
+  });
   await b.page.getByLabel('recovery phrase').fill(phrase);
   await b.page.getByRole('button', { name: 'Restore' }).click();
   await b.page.waitForFunction(() => document.querySelector('[data-testid=todos] li span')?.textContent === 'milk', null, { timeout: 15000 });
@@ -67,6 +77,7 @@ test('the React example: a todo added on one device re-renders the list on anoth
   await b.page.waitForFunction(() => document.querySelectorAll('[data-testid=todos] li').length === 2, null, { timeout: 15000 });
   assert.deepEqual(await items(b.page).allTextContents(), ['milk', 'bread']);
   assert.equal(await b.page.getByTestId('open-count').textContent(), '2 open');
+  await b.page.waitForFunction(() => window.mostReceived >= 1, null, { timeout: 15000 });
 
   // B ticks milk off: A's list and count follow.
   await b.page.locator('[data-testid=todos] li').first().getByRole('checkbox').click();
@@ -82,4 +93,35 @@ test('the React example: a todo added on one device re-renders the list on anoth
   await b.page.screenshot({ path: path.join(root, 'test-results/example/react-device-b.png') });
   await a.context.close();
   await b.context.close();
+});
+
+test('in React\'s development build (StrictMode mounts twice, snapshots checked) the hooks follow writes and React reports nothing', async () => {
+  const dir = buildReactExampleDev(RELAY);
+  const bundle = readdirSync(path.join(dir, 'assets')).filter((f) => f.endsWith('.js')).map((f) => readFileSync(path.join(dir, 'assets', f), 'utf8')).join('');
+  assert.match(bundle, /getSnapshot should be cached/, 'the build carries React\'s development checks');
+  const dev = await serve(dir);
+  const context = await browser.newContext();
+  const page = await context.newPage();
+  const reports = [];
+  page.on('pageerror', (e) => pageErrors.push(e.message));
+  page.on('console', (m) => {
+    if (!['error', 'warning'].includes(m.type()) || m.location().url.endsWith('/favicon.ico')) return;
+    reports.push(`${m.text()} (${m.location().url})`);
+  });
+  await page.goto(`${dev.url}/`);
+  await page.getByRole('button', { name: 'Start fresh' }).click();
+  await page.getByRole('button', { name: 'I saved it' }).click();
+  for (const title of ['milk', 'bread']) {
+    await page.getByLabel('new todo').fill(title);
+    await page.getByRole('button', { name: 'Add' }).click();
+  }
+  await page.waitForFunction(() => document.querySelectorAll('[data-testid=todos] li').length === 2);
+  await page.waitForFunction(() => document.querySelector('[data-testid=open-count]')?.textContent === '2 open');
+  await page.locator('[data-testid=todos] li').first().getByRole('checkbox').click();
+  await page.waitForFunction(() => document.querySelector('[data-testid=open-count]')?.textContent === '1 open');
+  await page.waitForSelector('.badge[data-state=synced]', { timeout: 15000 });
+  assert.deepEqual(await items(page).allTextContents(), ['milk', 'bread']);
+  assert.deepEqual(reports, [], 'React (development build) reported no error or warning');
+  await context.close();
+  await dev.close();
 });

@@ -59,7 +59,7 @@ function RelayBadges() {
   const progress = useSyncProgress();
   const restoring = progress && !progress.done && progress.headSeq ? Math.floor((100 * progress.eventsReceived) / Math.max(1, progress.headSeq)) : null;
   return (
-    <p className="relays">
+    <p className="relays" data-events-received={progress?.eventsReceived ?? 0}>
       {statuses.map((s) => (
         <span key={s.url} className={`badge ${s.state}`} data-state={s.state} data-live={s.live.state} title={s.error?.message ?? s.url}>
           {s.state}
