@@ -32,6 +32,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 
 stage "clippy (wasm32-unknown-unknown)"
 cargo clippy -p simplysync -p simplysync-protocol --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
+# The browser benchmarks' entry points (bench/, feature "bench") build too.
+cargo clippy -p simplysync --target wasm32-unknown-unknown --lib --locked --features bench -- -D warnings
 
 stage "native tests (the relay on SQLite; its PostgreSQL and S3 tests on throwaway servers)"
 pg_dir="$(mktemp -d)"
