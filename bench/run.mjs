@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -46,7 +46,7 @@ const relay = await new Promise((resolve) => relayProc.stdout.on('data', (d) => 
   if (m) resolve(m[1]);
 }));
 
-const seedCount = arg('only', '') ? 1 : events;
+const seedCount = arg('only', '') && arg('only', '') !== 'restore' ? 1 : events;
 console.error(`seeding ${seedCount} events…`);
 const t0 = Date.now();
 const seeded = JSON.parse(sh(path.join(target, 'release/examples/bench_seed'), [relay, String(seedCount)]));
@@ -117,29 +117,31 @@ const fmt = (x, digits = 0) => x.toLocaleString('en-US', { minimumFractionDigits
 
 const rows = [];
 const row = (what, value, note = '') => rows.push(`| ${what} | ${value} | ${note} |`);
-const rawP50 = r.localWrite.map((x) => median(x.raw));
-const engP50 = r.localWrite.map((x) => median(x.engine));
-const rawP99 = r.localWrite.map((x) => pct(x.raw, 99));
-const engP99 = r.localWrite.map((x) => pct(x.engine, 99));
-row('local write, bare INSERT (autocommit) p50 / p99, ms', `${spread(rawP50, 3)} / ${spread(rawP99, 3)}`, 'the floor');
-row('local write, engine mutation (row + outbox) p50 / p99, ms', `${spread(engP50, 3)} / ${spread(engP99, 3)}`, `ratio engine/raw p50 ${fmt(median(engP50.map((e, i) => e / rawP50[i])), 2)}`);
-const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
-const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
-const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);
-row('bulk: 10,000 bare INSERTs in one transaction, rows/s', spread(rawRate), 'the floor');
-row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
-row('seal (encrypt pending intents), events/s', spread(sealRate));
-if (r.localWriteIdb) {
-  const rawI = r.localWriteIdb.map((x) => median(x.raw));
-  const engI = r.localWriteIdb.map((x) => median(x.engine));
-  row('IndexedDB storage: local write, bare INSERT + flush p50 / p99, ms', `${spread(rawI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.raw, 99)), 3)}`, 'the floor on IndexedDB');
-  row('IndexedDB storage: local write, engine mutation + flush p50 / p99, ms', `${spread(engI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.engine, 99)), 3)}`, `ratio engine/raw p50 ${fmt(median(engI.map((e, i) => e / rawI[i])), 2)}; vs OPFS engine p50 ×${fmt(median(engI) / median(engP50), 1)}`);
-  const rawRateI = r.bulkIdb.map((x) => (10000 / x.rawMs) * 1000);
-  const engRateI = r.bulkIdb.map((x) => (10000 / x.engineMs) * 1000);
-  row('IndexedDB storage: bulk 10,000 bare INSERTs + flush, rows/s', spread(rawRateI));
-  row('IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(engRateI), `vs OPFS ×${fmt(median(engRateI) / median(engRate), 2)}`);
+if (r.localWrite) {
+  const rawP50 = r.localWrite.map((x) => median(x.raw));
+  const engP50 = r.localWrite.map((x) => median(x.engine));
+  const rawP99 = r.localWrite.map((x) => pct(x.raw, 99));
+  const engP99 = r.localWrite.map((x) => pct(x.engine, 99));
+  row('local write, bare INSERT (autocommit) p50 / p99, ms', `${spread(rawP50, 3)} / ${spread(rawP99, 3)}`, 'the floor');
+  row('local write, engine mutation (row + outbox) p50 / p99, ms', `${spread(engP50, 3)} / ${spread(engP99, 3)}`, `ratio engine/raw p50 ${fmt(median(engP50.map((e, i) => e / rawP50[i])), 2)}`);
+  const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
+  const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
+  const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);
+  row('bulk: 10,000 bare INSERTs in one transaction, rows/s', spread(rawRate), 'the floor');
+  row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
+  row('seal (encrypt pending intents), events/s', spread(sealRate));
+  if (r.localWriteIdb) {
+    const rawI = r.localWriteIdb.map((x) => median(x.raw));
+    const engI = r.localWriteIdb.map((x) => median(x.engine));
+    row('IndexedDB storage: local write, bare INSERT + flush p50 / p99, ms', `${spread(rawI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.raw, 99)), 3)}`, 'the floor on IndexedDB');
+    row('IndexedDB storage: local write, engine mutation + flush p50 / p99, ms', `${spread(engI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.engine, 99)), 3)}`, `ratio engine/raw p50 ${fmt(median(engI.map((e, i) => e / rawI[i])), 2)}; vs OPFS engine p50 ×${fmt(median(engI) / median(engP50), 1)}`);
+    const rawRateI = r.bulkIdb.map((x) => (10000 / x.rawMs) * 1000);
+    const engRateI = r.bulkIdb.map((x) => (10000 / x.engineMs) * 1000);
+    row('IndexedDB storage: bulk 10,000 bare INSERTs + flush, rows/s', spread(rawRateI));
+    row('IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(engRateI), `vs OPFS ×${fmt(median(engRateI) / median(engRate), 2)}`);
+  }
 }
-for (const [size, a] of Object.entries(r.aes)) {
+for (const [size, a] of Object.entries(r.aes ?? {})) {
   const mbs = (xs) => xs.map((x) => x / 1000);
   const w = mbs(a.wasm);
   const c = mbs(a.webcrypto);
@@ -159,8 +161,8 @@ if (r.restore) {
     const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);
     row(`IndexedDB storage: restore ${fmt(r.restoreIdb[0].events)} events + flush, events/s`, spread(rateI), `vs OPFS ×${fmt(median(rateI) / median(rate), 2)}`);
   }
-  row('sync latency, write on A → on B, sync() on both, ms (p50 / p90)', `${fmt(median(r.syncLatency), 1)} / ${fmt(pct(r.syncLatency, 90), 1)}`, `${r.syncLatency.length} samples`);
-  row('sync latency with default polling (5 s) on B, ms', spread(r.pollLatency), `${r.pollLatency.length} samples`);
+  if (r.syncLatency) row('sync latency, write on A → on B, sync() on both, ms (p50 / p90)', `${fmt(median(r.syncLatency), 1)} / ${fmt(pct(r.syncLatency, 90), 1)}`, `${r.syncLatency.length} samples`);
+  if (r.pollLatency) row('sync latency with default polling (5 s) on B, ms', spread(r.pollLatency), `${r.pollLatency.length} samples`);
 }
 if (webkit) {
   const w = webkit.results;

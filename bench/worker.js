@@ -58,6 +58,15 @@ self.onmessage = async ({ data }) => {
       self.postMessage({ results });
       return;
     }
+    if (data.only === 'restore') {
+      // Only the restores (OPFS, then IndexedDB), each run into a fresh database: `runs` of each.
+      results.restore = [];
+      for (let i = 0; i < runs; i++) results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
+      results.restoreIdb = [];
+      for (let i = 0; i < runs; i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
+      self.postMessage({ results });
+      return;
+    }
     log('local writes');
     results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
     log('bulk writes');

@@ -1,5 +1,7 @@
-//! Pull: pages of a relay's log after this device's cursor, each applied in one transaction,
-//! the cursor saved only after the page committed (a crash replays the page, harmlessly).
+//! Pull: pages of a relay's log after this device's cursor, each applied in one transaction
+//! that also saves the page's cursor — one durable commit per page. The spec commits the cursor
+//! after the page; committing both together keeps its guarantee (the cursor is never ahead of
+//! the applied rows; a crash before the commit replays the page, harmlessly) at half the commits.
 //!
 //! A relay that misbehaves cannot hold the engine: a page's envelopes are parsed one by one
 //! (a malformed one is quarantined `MALFORMED_ENVELOPE`, the rest apply); the loop ends with a
@@ -133,6 +135,20 @@ impl Engine {
                     ),
                 ));
             }
+            // A cursor that does not move forward is never saved; the page is still applied
+            // (replaying it is harmless) and the pull stops with the reason.
+            let next = page.next_cursor.clone();
+            let cursor_error = match (numeric, next.parse::<u64>()) {
+                (Some(c), Ok(n)) if n < c => Some(cursor_failure(
+                    "relay_cursor_backwards",
+                    format!("the relay's cursor went backwards ({c} → {n}); the pull stopped"),
+                )),
+                _ if !page.events.is_empty() && visited.contains(&next) => Some(cursor_failure(
+                    "relay_cursor_loop",
+                    format!("the relay's cursor {next:?} came back within one pass; the pull stopped"),
+                )),
+                _ => None,
+            };
             let now = self.now();
             let t_apply = clock.precise_ms();
             self.decrypt_ms.set(0.0);
@@ -175,41 +191,27 @@ impl Engine {
                     }
                 }
                 self.persist_clock(tx)?;
+                // The cursor commits with the page it follows (one durable commit per page): it
+                // is never ahead of what was applied, and a crash before the commit replays it.
+                if cursor_error.is_none() {
+                    system::meta_set(tx, &cursor_key, &next)?;
+                    if let Some(e) = &page.epoch {
+                        system::meta_set(tx, &epoch_key, e)?;
+                    }
+                }
                 Ok((changes, stats))
             })?;
             let decrypt = self.decrypt_ms.get();
             report.timings.decrypt_ms += decrypt;
+            report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
             report.received += page.events.len() as u64;
             report.applied += stats[0];
             report.deferred += stats[1];
             report.quarantined += stats[2];
             self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
-            // The page is applied (replaying it is harmless); a cursor that does not move
-            // forward is never saved.
-            let next = page.next_cursor.clone();
-            if let (Some(c), Ok(n)) = (numeric, next.parse::<u64>()) {
-                if n < c {
-                    return Err(cursor_failure(
-                        "relay_cursor_backwards",
-                        format!("the relay's cursor went backwards ({c} → {n}); the pull stopped"),
-                    ));
-                }
+            if let Some(e) = cursor_error {
+                return Err(e);
             }
-            if !page.events.is_empty() && visited.contains(&next) {
-                return Err(cursor_failure(
-                    "relay_cursor_loop",
-                    format!("the relay's cursor {next:?} came back within one pass; the pull stopped"),
-                ));
-            }
-            // Only after the page committed: the cursor (so a crash in between replays the page).
-            self.write(|tx| {
-                system::meta_set(tx, &cursor_key, &next)?;
-                if let Some(e) = &page.epoch {
-                    system::meta_set(tx, &epoch_key, e)?;
-                }
-                Ok(())
-            })?;
-            report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
             progress.pages += 1;
             progress.events_received += page.events.len() as u64;
             progress.events_applied += stats[0];

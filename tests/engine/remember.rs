@@ -160,7 +160,7 @@ fn repair_cursor_saves(path: &Path) {
 }
 
 #[tokio::test]
-async fn a_crash_between_page_commit_and_cursor_save_replays_the_page_safely() {
+async fn a_page_and_its_cursor_commit_together_so_a_failed_save_keeps_neither_and_a_replay_is_safe() {
     let relay = TestRelay::start();
     let secret = phrase();
     let a = Device::new(&secret, &[&relay.url]);
@@ -173,7 +173,11 @@ async fn a_crash_between_page_commit_and_cursor_save_replays_the_page_safely() {
     break_cursor_saves(&path);
     let err = b.engine.sync(SyncTrigger::Manual).await.unwrap_err();
     assert_eq!(err.code(), "STORAGE");
-    assert_eq!(b.todos().len(), 20, "the page's applies committed");
+    assert_eq!(
+        b.todos().len(),
+        0,
+        "the page rolled back with its cursor: never a cursor ahead of the rows, nor rows without it"
+    );
     // The failure of the device's own database shows in the relay's status, with the reason.
     let s = b.status(0);
     let e = s.error.unwrap();
@@ -181,9 +185,14 @@ async fn a_crash_between_page_commit_and_cursor_save_replays_the_page_safely() {
     assert!(e.message.contains("disk is full"), "{}", e.message);
     repair_cursor_saves(&path);
     let r = b.sync().await;
-    assert_eq!((r.relays[0].received, r.relays[0].applied), (20, 0), "replayed, applied nothing twice");
+    assert_eq!((r.relays[0].received, r.relays[0].applied), (20, 20), "the page again, whole");
     assert_eq!(b.snapshot(), a.snapshot());
     assert_eq!(b.status(0).state, RelayState::Synced);
+    // A page pulled again (a cursor lost, as after a restore of an older file) applies nothing twice.
+    rusqlite::Connection::open(&path).unwrap().execute("DELETE FROM _sync_meta WHERE key LIKE 'cursor:%'", []).unwrap();
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].received, r.relays[0].applied), (20, 0), "replayed, applied nothing twice");
+    assert_eq!(b.snapshot(), a.snapshot());
 }
 
 #[tokio::test]
