@@ -11,11 +11,14 @@
 //! `/v1/status` answers 404 too.
 
 use std::collections::HashSet;
+use std::future::poll_fn;
+use std::task::Poll;
 
 use serde::Deserialize;
 
 use super::apply::{quarantine_reason, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
+use super::io::LocalFuture;
 use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
 use super::sync::{PassError, RelayPassReport, BATCH};
 use super::Engine;
@@ -65,6 +68,34 @@ fn cursor_failure(code: &str, message: String) -> PassError {
     RelayFailure::detected(200, code, message).into()
 }
 
+/// A pull request sent ahead: started (polled once, so the transport has sent it) before the
+/// current page is applied, awaited when the loop gets to it; dropped (aborted) otherwise.
+struct Ahead<'a> {
+    after: String,
+    limit: u32,
+    request: LocalFuture<'a, Result<PullAnswer, RelayFailure>>,
+    answered: Option<Result<PullAnswer, RelayFailure>>,
+}
+
+impl<'a> Ahead<'a> {
+    async fn start(api: &'a RelayApi<'a>, after: String, limit: u32) -> Ahead<'a> {
+        let cursor = after.clone();
+        let mut request: LocalFuture<'a, _> = Box::pin(async move { api.pull(&cursor, limit).await });
+        let answered = match poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await {
+            Poll::Ready(answer) => Some(answer),
+            Poll::Pending => None,
+        };
+        Ahead { after, limit, request, answered }
+    }
+
+    async fn finish(self) -> Result<PullAnswer, RelayFailure> {
+        match self.answered {
+            Some(answer) => answer,
+            None => self.request.await,
+        }
+    }
+}
+
 impl Engine {
     pub(crate) async fn pull_from(&self, url: &str, report: &mut RelayPassReport) -> Result<PullEnd, PassError> {
         let identity = self.identity();
@@ -88,9 +119,16 @@ impl Engine {
             done: false,
         };
         let clock = self.wall.clone();
+        // The next page's request, sent before the current page is applied (its network time
+        // then overlaps the apply); used only if the loop asks for exactly that page.
+        let mut ahead: Option<Ahead<'_>> = None;
         loop {
             let t0 = clock.precise_ms();
-            let answer = match api.pull(&cursor, page_limit).await {
+            let fetched = match ahead.take() {
+                Some(a) if a.after == cursor && a.limit == page_limit => a.finish().await,
+                _ => api.pull(&cursor, page_limit).await,
+            };
+            let answer = match fetched {
                 // A page too large to read (large events, a relay without a byte cap): ask
                 // for fewer events.
                 Err(f) if f.code() == Some("response_too_large") && page_limit > 1 => {
@@ -149,6 +187,19 @@ impl Engine {
                 )),
                 _ => None,
             };
+            let at_head = match (page.head_seq, next.parse::<u64>()) {
+                (Some(h), Ok(c)) => c >= h,
+                _ => false,
+            };
+            let last = page.events.is_empty() || next == cursor || at_head;
+            let pages_after_this = progress.pages + 1;
+            if cursor_error.is_none()
+                && !last
+                && pages_after_this < MAX_PAGES_PER_PASS
+                && budget.is_none_or(|b| pages_after_this < b)
+            {
+                ahead = Some(Ahead::start(&api, next.clone(), page_limit).await);
+            }
             let now = self.now();
             let t_apply = clock.precise_ms();
             self.decrypt_ms.set(0.0);
@@ -221,11 +272,7 @@ impl Engine {
             self.listeners.emit_progress(&progress);
             // Relays clamp `limit` (MAX_EVENTS_PER_PULL), so a short page does not mean the end:
             // continue until an empty page, a cursor that stops moving, or the reported head.
-            let at_head = match (page.head_seq, next.parse::<u64>()) {
-                (Some(h), Ok(c)) => c >= h,
-                _ => false,
-            };
-            if page.events.is_empty() || next == cursor || at_head {
+            if last {
                 // Caught up with the relay's snapshot: its head may lie past the last event
                 // that still exists (the newest were compacted away); live waits start there.
                 if let Some(head) = page.head_seq {

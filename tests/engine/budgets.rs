@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, StalledRelay, TestRelay, T0};
 use simplysync::engine::io::{HttpRequest, HttpResponse, Method, Transport, TransportError};
-use simplysync::engine::{EngineOptions, RelayState, SyncTrigger, RELAY_PASS_BUDGET_MS};
+use simplysync::engine::{EngineOptions, Op, RelayState, SyncTrigger, RELAY_PASS_BUDGET_MS};
 use simplysync::native::HttpTransport;
 
 fn is_pull(r: &HttpRequest) -> bool {
@@ -324,4 +324,29 @@ async fn pulls_wait_while_too_many_events_are_deferred_and_nothing_is_dropped() 
     let b = Device::open(spec());
     b.sync().await;
     assert!(b.engine.get("todos", "later").unwrap().is_some());
+}
+
+#[tokio::test]
+async fn the_next_page_is_requested_before_the_current_one_is_applied_and_never_past_the_last() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    let ops: Vec<Op> =
+        (0..2500).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
+    a.engine.transaction(&ops).unwrap();
+    a.sync().await;
+    let b = Device::new(&secret, &[&relay.url]);
+    // At each applied page, how many page requests had been sent.
+    let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let (net, record) = (b.net.clone(), seen.clone());
+    b.engine.subscribe(None, move |_| record.borrow_mut().push(net.started("GET", "/v1/events?")));
+    let r = b.sync().await;
+    assert_eq!(r.relays[0].received, 2500);
+    assert_eq!(b.count("todos"), 2500);
+    assert_eq!(
+        *seen.borrow(),
+        vec![2, 3, 3],
+        "page 2 asked for while page 1 applied, page 3 while page 2; none after the last"
+    );
+    assert_eq!(b.net.started("GET", "/v1/events?"), 3);
 }
