@@ -68,8 +68,9 @@ fn cursor_failure(code: &str, message: String) -> PassError {
     RelayFailure::detected(200, code, message).into()
 }
 
-/// A pull request sent ahead: started (polled once, so the transport has sent it) before the
-/// current page is applied, awaited when the loop gets to it; dropped (aborted) otherwise.
+/// A pull request sent ahead: started (polled once: a browser's fetch is then on its way)
+/// before the current page is applied, awaited when the loop gets to it; dropped (aborted)
+/// otherwise.
 struct Ahead<'a> {
     after: String,
     limit: u32,
@@ -119,14 +120,24 @@ impl Engine {
             done: false,
         };
         let clock = self.wall.clone();
-        // The next page's request, sent before the current page is applied (its network time
-        // then overlaps the apply); used only if the loop asks for exactly that page.
+        // The next page's request, sent before the current page is applied (in the browser its
+        // network time then overlaps the apply; a native current-thread runtime only sends it
+        // once the apply yields); used only if the loop asks for exactly that page.
         let mut ahead: Option<Ahead<'_>> = None;
         loop {
             let t0 = clock.precise_ms();
             let fetched = match ahead.take() {
-                Some(a) if a.after == cursor && a.limit == page_limit => a.finish().await,
-                _ => api.pull(&cursor, page_limit).await,
+                Some(a) if a.after == cursor && a.limit == page_limit => match a.finish().await {
+                    // No answer to the request sent ahead: its deadline ran during the apply
+                    // too, so it gets one fresh try before the pull counts as failed.
+                    Err(RelayFailure::Network(_)) => api.pull(&cursor, page_limit).await,
+                    answer => answer,
+                },
+                Some(stale) => {
+                    drop(stale); // aborted now, not after the request below
+                    api.pull(&cursor, page_limit).await
+                }
+                None => api.pull(&cursor, page_limit).await,
             };
             let answer = match fetched {
                 // A page too large to read (large events, a relay without a byte cap): ask

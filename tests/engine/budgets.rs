@@ -350,3 +350,27 @@ async fn the_next_page_is_requested_before_the_current_one_is_applied_and_never_
     );
     assert_eq!(b.net.started("GET", "/v1/events?"), 3);
 }
+
+#[tokio::test]
+async fn a_page_request_sent_ahead_that_got_no_answer_is_asked_again_at_once() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    let ops: Vec<Op> =
+        (0..1500).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
+    a.engine.transaction(&ops).unwrap();
+    a.sync().await;
+    let b = Device::new(&secret, &[&relay.url]);
+    // The second page's request, sent while the first page applied, gets no answer once (as if
+    // its deadline ran out during a long apply).
+    b.net.faults.borrow_mut().push_back(crate::harness::Fault {
+        matches: Box::new(|r| is_pull(r) && after_of(r) == "1000"),
+        respond: Box::new(|_| Err(TransportError("the relay did not answer in time (injected)".into()))),
+        times: Some(1),
+    });
+    let r = b.sync().await;
+    assert_eq!(r.relays[0].error, None, "{:?}", r.relays[0].error);
+    assert_eq!(b.count("todos"), 1500);
+    assert_eq!(b.net.started("GET", "after=1000"), 2, "asked again once");
+    assert_eq!(b.status(0).state, RelayState::Synced);
+}
