@@ -157,6 +157,10 @@ if (r.restore) {
   const total = t.ms;
   const share = (ms) => `${fmt(ms)} ms (${fmt((ms / total) * 100)}%)`;
   row('restore: where the time goes (median run)', `HTTP ${share(t.timings.httpMs)}, JSON ${share(t.timings.parseMs)}, decrypt+validate ${share(t.timings.decryptMs)}, SQLite ${share(t.timings.applyMs)}`, `total ${fmt(total)} ms`);
+  if (r.rawLoad) {
+    const floor = r.rawLoad.map((x) => (x.rows / x.ms) * 1000);
+    row(`the floor: ${fmt(r.rawLoad[0].rows)} rows by bare INSERTs, a commit per 1000, rows/s`, spread(floor), `restore / floor ×${fmt(median(rate) / median(floor), 2)}`);
+  }
   if (r.restoreIdb) {
     const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);
     row(`IndexedDB storage: restore ${fmt(r.restoreIdb[0].events)} events + flush, events/s`, spread(rateI), `vs OPFS ×${fmt(median(rateI) / median(rate), 2)}`);

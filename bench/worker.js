@@ -64,6 +64,10 @@ self.onmessage = async ({ data }) => {
       for (let i = 0; i < runs; i++) results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
       results.restoreIdb = [];
       for (let i = 0; i < runs; i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
+      // The floor: as many rows by bare INSERTs, a commit per 1000 (OPFS).
+      const rows = results.restore[0].events;
+      results.rawLoad = [];
+      for (let i = 0; i < runs; i++) results.rawLoad.push(await bench.benchRawLoad(rows));
       self.postMessage({ results });
       return;
     }

@@ -187,6 +187,33 @@ pub fn bench_aes(size: u32, min_ms: f64) -> f64 {
     bytes / (now() - t0)
 }
 
+/// The floor a restore is compared with: `n` rows written by bare prepared INSERTs into a fresh
+/// database, one commit per 1000 rows (a restore commits once per 1000-event page), no HTTP,
+/// crypto or LWW. `{rows, ms}`.
+#[wasm_bindgen(js_name = benchRawLoad)]
+pub async fn bench_raw_load(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
+    let storage = Storage::from_js(&pages)?;
+    let (mut raw, raw_name) = storage.open("raw-load").await?;
+    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
+        .map_err(js_err)?;
+    let t0 = now();
+    for start in (0..n).step_by(1000) {
+        let tx = raw.transaction().map_err(js_err)?;
+        {
+            let mut stmt = tx
+                .prepare_cached("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)")
+                .map_err(js_err)?;
+            for i in start..(start + 1000).min(n) {
+                stmt.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i])
+                    .map_err(js_err)?;
+            }
+        }
+        tx.commit().map_err(js_err)?;
+    }
+    storage.durable(&raw_name).await?;
+    Ok(serde_to_js(&serde_json::json!({ "rows": n, "ms": now() - t0 })))
+}
+
 /// A fresh device restores everything `secret` has on `relay`.
 #[wasm_bindgen(js_name = benchRestore)]
 pub async fn bench_restore(secret: String, relay: String, pages: JsValue) -> Result<JsValue, JsValue> {
