@@ -126,17 +126,14 @@ impl Engine {
         let mut ahead: Option<Ahead<'_>> = None;
         loop {
             let t0 = clock.precise_ms();
-            let fetched = match ahead.take() {
-                Some(a) if a.after == cursor && a.limit == page_limit => match a.finish().await {
+            // (A request sent ahead for another page is dropped, so aborted, right here.)
+            let fetched = match ahead.take().filter(|a| a.after == cursor && a.limit == page_limit) {
+                Some(a) => match a.finish().await {
                     // No answer to the request sent ahead: its deadline ran during the apply
                     // too, so it gets one fresh try before the pull counts as failed.
                     Err(RelayFailure::Network(_)) => api.pull(&cursor, page_limit).await,
                     answer => answer,
                 },
-                Some(stale) => {
-                    drop(stale); // aborted now, not after the request below
-                    api.pull(&cursor, page_limit).await
-                }
                 None => api.pull(&cursor, page_limit).await,
             };
             let answer = match fetched {

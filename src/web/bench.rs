@@ -105,18 +105,21 @@ fn todo(i: u32) -> Json {
     ])
 }
 
+/// The floors' table (a todo's columns without the engine's) and its bare INSERT.
+const RAW_TABLE: &str = "CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)";
+const RAW_INSERT: &str = "INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)";
+
 /// `n` durable single-row writes: a bare autocommit INSERT (the floor) and an engine insert
 /// (row + outbox intent in one transaction). Latencies in ms. `pages`: see [`Storage`].
 #[wasm_bindgen(js_name = benchLocalWrite)]
 pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (raw, raw_name) = storage.open("raw-single").await?;
-    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
-        .map_err(js_err)?;
+    raw.execute_batch(RAW_TABLE).map_err(js_err)?;
     let mut raw_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t0 = now();
-        raw.prepare_cached("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)")
+        raw.prepare_cached(RAW_INSERT)
             .and_then(|mut s| s.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i]))
             .map_err(js_err)?;
         storage.durable(&raw_name).await?;
@@ -138,13 +141,11 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
 pub async fn bench_bulk(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (mut raw, raw_name) = storage.open("raw-bulk").await?;
-    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
-        .map_err(js_err)?;
+    raw.execute_batch(RAW_TABLE).map_err(js_err)?;
     let t0 = now();
     let tx = raw.transaction().map_err(js_err)?;
     {
-        let mut stmt =
-            tx.prepare("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)").map_err(js_err)?;
+        let mut stmt = tx.prepare(RAW_INSERT).map_err(js_err)?;
         for i in 0..n {
             stmt.execute(params![
                 format!("row-{i:08}"),
@@ -194,15 +195,12 @@ pub fn bench_aes(size: u32, min_ms: f64) -> f64 {
 pub async fn bench_raw_load(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (mut raw, raw_name) = storage.open("raw-load").await?;
-    raw.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)")
-        .map_err(js_err)?;
+    raw.execute_batch(RAW_TABLE).map_err(js_err)?;
     let t0 = now();
     for start in (0..n).step_by(1000) {
         let tx = raw.transaction().map_err(js_err)?;
         {
-            let mut stmt = tx
-                .prepare_cached("INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)")
-                .map_err(js_err)?;
+            let mut stmt = tx.prepare_cached(RAW_INSERT).map_err(js_err)?;
             for i in start..(start + 1000).min(n) {
                 stmt.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i])
                     .map_err(js_err)?;

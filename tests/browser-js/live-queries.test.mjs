@@ -40,6 +40,18 @@ const watch = (page, name, table, options) =>
   );
 
 const seen = (page, name) => page.evaluate((n) => window.seen[n], name);
+
+/** Two tabs of one context on database `dbName`: the first runs the engine, the second follows. */
+async function twoTabs(dbName) {
+  const context = await browser.newContext();
+  const leader = await openApp(context, server.url);
+  const follower = await openApp(context, server.url);
+  const secret = await leader.evaluate(() => window.simplysync.createMnemonic());
+  const options = { secret, relays: [], schema: SCHEMA, autoSync: false, dbName };
+  assert.equal(await open(leader, options), 'leader');
+  assert.equal(await open(follower, options), 'follower');
+  return { context, leader, follower };
+}
 const titlesOf = (rows) => rows.map((r) => r.title);
 
 test('a live query calls back at once, again after each write that changes its rows, and not for writes that do not', async () => {
@@ -152,13 +164,7 @@ test('pages pulled from another device re-run the live query with the new rows',
 });
 
 test('a follower tab\'s live query hears the leader\'s writes and its own, and keeps working after it takes over', async () => {
-  const context = await browser.newContext();
-  const leader = await openApp(context, server.url);
-  const follower = await openApp(context, server.url);
-  const secret = await leader.evaluate(() => window.simplysync.createMnemonic());
-  const options = { secret, relays: [], schema: SCHEMA, autoSync: false, dbName: 'watch-tabs.db' };
-  assert.equal(await open(leader, options), 'leader');
-  assert.equal(await open(follower, options), 'follower');
+  const { context, leader, follower } = await twoTabs('watch-tabs.db');
   await watch(follower, 'list', 'todos', { orderBy: 'id' });
   await watch(leader, 'list', 'todos', { orderBy: 'id' });
   await eventually(async () => (await seen(follower, 'list')).length === 1, 5000, 'the follower\'s first result');
@@ -180,13 +186,7 @@ test('a follower tab\'s live query hears the leader\'s writes and its own, and k
 });
 
 test('when the leader\'s worker dies and restarts, a follower\'s live query runs again by itself', async () => {
-  const context = await browser.newContext();
-  const leader = await openApp(context, server.url);
-  const follower = await openApp(context, server.url);
-  const secret = await leader.evaluate(() => window.simplysync.createMnemonic());
-  const options = { secret, relays: [], schema: SCHEMA, autoSync: false, dbName: 'watch-restart.db' };
-  assert.equal(await open(leader, options), 'leader');
-  assert.equal(await open(follower, options), 'follower');
+  const { context, leader, follower } = await twoTabs('watch-restart.db');
   await watch(follower, 'list', 'todos', { orderBy: 'id' });
   await eventually(async () => (await seen(follower, 'list')).length === 1, 5000, 'the follower\'s first result');
   const runs = () => follower.evaluate(() => window.live.list.runs);

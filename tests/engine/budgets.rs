@@ -326,16 +326,21 @@ async fn pulls_wait_while_too_many_events_are_deferred_and_nothing_is_dropped() 
     assert!(b.engine.get("todos", "later").unwrap().is_some());
 }
 
-#[tokio::test]
-async fn the_next_page_is_requested_before_the_current_one_is_applied_and_never_past_the_last() {
-    let relay = TestRelay::start();
+/// A new device of an owner whose other device pushed `todos` rows to `relay`.
+async fn fresh_device_of_an_owner_with(relay: &TestRelay, todos: usize) -> Device {
     let secret = phrase();
     let a = Device::new(&secret, &[&relay.url]);
     let ops: Vec<Op> =
-        (0..2500).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
+        (0..todos).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
     a.engine.transaction(&ops).unwrap();
     a.sync().await;
-    let b = Device::new(&secret, &[&relay.url]);
+    Device::new(&secret, &[&relay.url])
+}
+
+#[tokio::test]
+async fn the_next_page_is_requested_before_the_current_one_is_applied_and_never_past_the_last() {
+    let relay = TestRelay::start();
+    let b = fresh_device_of_an_owner_with(&relay, 2500).await;
     // At each applied page, how many page requests had been sent.
     let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
     let (net, record) = (b.net.clone(), seen.clone());
@@ -354,13 +359,7 @@ async fn the_next_page_is_requested_before_the_current_one_is_applied_and_never_
 #[tokio::test]
 async fn a_page_request_sent_ahead_that_got_no_answer_is_asked_again_at_once() {
     let relay = TestRelay::start();
-    let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    let ops: Vec<Op> =
-        (0..1500).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
-    a.engine.transaction(&ops).unwrap();
-    a.sync().await;
-    let b = Device::new(&secret, &[&relay.url]);
+    let b = fresh_device_of_an_owner_with(&relay, 1500).await;
     // The second page's request, sent while the first page applied, gets no answer once (as if
     // its deadline ran out during a long apply).
     b.net.faults.borrow_mut().push_back(crate::harness::Fault {
