@@ -84,6 +84,45 @@ fn validate_envelope(index: usize, e: &SyncEnvelope, owner: &str) -> Result<(), 
     }
 }
 
+/// The envelope as the relay stores and serves it: exactly `serde_json::to_string(e)` (the
+/// form every stored row has), written faster — a validated envelope's owner id, stream id,
+/// nonce and ciphertext are base64url, which JSON never escapes, so ~97% of its bytes are
+/// copied as they are instead of scanned one by one (that scan was ~10% of the relay's CPU in
+/// a push). The three free-text fields still go through serde_json's escaping.
+fn stored_json(e: &SyncEnvelope) -> String {
+    fn text(out: &mut String, s: &str) {
+        // A &str always serializes.
+        out.push_str(&serde_json::to_string(s).unwrap_or_default());
+    }
+    fn raw(out: &mut String, s: &str) {
+        out.push('"');
+        out.push_str(s);
+        out.push('"');
+    }
+    let len = e.owner_id.len() + e.event_id.len() + e.device_id.len() + e.created_at.len();
+    let mut out = String::with_capacity(len + e.nonce.len() + e.ciphertext.len() + 160);
+    out.push_str("{\"version\":");
+    out.push_str(&e.version.to_string());
+    out.push_str(",\"ownerId\":");
+    raw(&mut out, &e.owner_id);
+    out.push_str(",\"eventId\":");
+    text(&mut out, &e.event_id);
+    out.push_str(",\"deviceId\":");
+    text(&mut out, &e.device_id);
+    out.push_str(",\"createdAt\":");
+    text(&mut out, &e.created_at);
+    if let Some(stream) = &e.stream_id {
+        out.push_str(",\"streamId\":");
+        raw(&mut out, stream);
+    }
+    out.push_str(",\"nonce\":");
+    raw(&mut out, &e.nonce);
+    out.push_str(",\"ciphertext\":");
+    raw(&mut out, &e.ciphertext);
+    out.push('}');
+    out
+}
+
 /// Whether `client` may register a new owner now (its registration rate).
 pub(super) fn may_register(st: &AppState, client: ClientIp) -> MayRegister {
     match client.0 {
@@ -125,7 +164,7 @@ fn validate_batch(owner: String, events: Vec<SyncEnvelope>, limits: &crate::conf
     let mut prepared = Vec::with_capacity(events.len());
     for (index, e) in events.into_iter().enumerate() {
         validate_envelope(index, &e, &owner)?;
-        let json = serde_json::to_string(&e).map_err(|err| ApiError::Internal(err.to_string()))?;
+        let json = stored_json(&e);
         if json.len() > limits.max_event_bytes {
             return Err(ApiError::TooLarge(format!(
                 "events[{index}] is {} bytes; MAX_EVENT_BYTES is {}",
@@ -270,5 +309,32 @@ mod tests {
         assert_eq!(base64url_decoded_len("AB"), None); // stray bits
         assert_eq!(base64url_decoded_len("A"), None);
         assert_eq!(base64url_decoded_len("AA=="), None);
+    }
+
+    #[test]
+    fn the_stored_form_of_an_envelope_is_exactly_serde_jsons() {
+        let base = SyncEnvelope {
+            version: 1,
+            owner_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            event_id: "000001764504000001-000000-devA".into(),
+            device_id: "devA".into(),
+            created_at: "2026-12-01T00:00:00.000Z".into(),
+            stream_id: Some("BBBBBBBBBBBBBBBBBBBBBB".into()),
+            nonce: base64url::encode(&[7; 12]),
+            ciphertext: base64url::encode(&[9; 40]),
+        };
+        let texts = ["plain", "quote \" and \\ slash", "tab\tnew\nline\u{1}", "ünïcödé ✓ \u{1F600}", "</script>"];
+        for t in texts {
+            for stream in [None, base.stream_id.clone()] {
+                let e = SyncEnvelope {
+                    event_id: t.into(),
+                    device_id: format!("{t}-d"),
+                    created_at: format!("{t}-c"),
+                    stream_id: stream,
+                    ..base.clone()
+                };
+                assert_eq!(stored_json(&e), serde_json::to_string(&e).unwrap(), "for {t:?}");
+            }
+        }
     }
 }
