@@ -128,10 +128,16 @@ impl fmt::Debug for JsonString {
 /// `"10" < "2"`, and U+FFFF sorts after U+10000 (whose first unit is a surrogate).
 impl Ord for JsonString {
     fn cmp(&self, other: &Self) -> Ordering {
-        if self.0.is_ascii() && other.0.is_ascii() {
-            return self.0.cmp(&other.0);
+        // Up to their first differing byte the two strings share their code units. If either
+        // byte there is ASCII, it is a whole character on both sides (a continuation byte is
+        // never ASCII), and any non-ASCII character has a greater first code unit than an
+        // ASCII one: the bytes order as the code units do. Only two non-ASCII bytes need the
+        // code units (U+FFFF must sort after U+10000, whose UTF-8 is greater).
+        match self.0.iter().zip(&other.0).position(|(a, b)| a != b) {
+            None => self.0.len().cmp(&other.0.len()),
+            Some(i) if self.0[i] < 0x80 || other.0[i] < 0x80 => self.0[i].cmp(&other.0[i]),
+            Some(_) => self.code_units().cmp(other.code_units()),
         }
-        self.code_units().cmp(other.code_units())
     }
 }
 
@@ -252,6 +258,10 @@ impl Json {
     /// The member `key` of an object.
     pub fn get(&self, key: &str) -> Option<&Json> {
         match self {
+            // A small object (a payload, a row) is searched in place: no key is built.
+            Json::Object(map) if map.len() <= 16 => {
+                map.iter().find(|(k, _)| k.0 == key.as_bytes()).map(|(_, v)| v)
+            }
             Json::Object(map) => map.get(&JsonString::from(key)),
             _ => None,
         }
@@ -389,6 +399,38 @@ mod tests {
         keys.sort();
         let sorted: Vec<String> = keys.iter().map(|k| k.to_string_lossy()).collect();
         assert_eq!(sorted, ["10", "2", "B", "a", "\u{10000}", "\u{FFFF}"]);
+    }
+
+    #[test]
+    fn every_pair_of_strings_orders_as_its_code_units() {
+        let mut strings: Vec<JsonString> = [
+            "", "a", "ab", "a\u{7F}", "a\u{80}", "a\u{7FF}", "a\u{800}", "a\u{D7FF}", "a\u{E000}", "a\u{FFFF}",
+            "a\u{10000}", "a\u{10FFFF}", "\u{E9}", "\u{E9}z", "\u{EA}", "\u{FFFF}a", "\u{10000}a", "\u{1F600}",
+            "\u{1F601}", "z",
+        ]
+        .iter()
+        .map(|s| JsonString::from(*s))
+        .collect();
+        for units in [[0x61, 0xD800], [0x61, 0xDBFF], [0x61, 0xDC00], [0xD800, 0x61], [0xE000, 0x61]] {
+            strings.push(JsonString::from_utf16(&units));
+        }
+        for a in &strings {
+            for b in &strings {
+                assert_eq!(a.cmp(b), a.code_units().cmp(b.code_units()), "{a:?} vs {b:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_is_found_in_small_and_large_objects_alike() {
+        for n in [1usize, 16, 17, 40] {
+            let obj = Json::object((0..n).map(|i| (format!("k{i}"), Json::from(i as u64))).collect::<Vec<_>>());
+            for i in 0..n {
+                assert_eq!(obj.get(&format!("k{i}")), Some(&Json::from(i as u64)), "k{i} of {n}");
+            }
+            assert_eq!(obj.get("missing"), None);
+            assert_eq!(obj.get("k"), None);
+        }
     }
 
     #[test]

@@ -111,8 +111,13 @@ impl SyncPayload {
 
     /// Reads a whole payload (head first, then row id, deleted flag and row).
     pub fn from_json(v: &Json) -> Result<SyncPayload, PayloadError> {
-        let head = PayloadHead::read(v)?;
-        let row_id = str_field(v, "rowId")?;
+        SyncPayload::from_head(PayloadHead::read(v)?, v.clone())
+    }
+
+    /// The payload whose head was already read from `v` (a received event is classified by its
+    /// head first): the rest is validated and the row's values moved out, not copied.
+    pub fn from_head(head: PayloadHead, v: Json) -> Result<SyncPayload, PayloadError> {
+        let row_id = str_field(&v, "rowId")?;
         if row_id.is_empty() {
             return Err(field_err("rowId", "empty"));
         }
@@ -121,12 +126,14 @@ impl SyncPayload {
             Some(other) => return Err(field_err("deleted", format!("expected a boolean, got {}", other.type_name()))),
             None => return Err(field_err("deleted", "missing")),
         };
-        let row = match v.get("row") {
+        let row_id = row_id.to_owned();
+        let Json::Object(mut members) = v else { return Err(field_err("payload", "expected an object")) };
+        let row = match members.remove(&JsonString::from("row")) {
             Some(Json::Object(map)) => map
-                .iter()
+                .into_iter()
                 .map(|(k, val)| {
                     let key = k.as_str().ok_or_else(|| field_err("row", "a column name contains a lone surrogate"))?;
-                    Ok((key.to_owned(), val.clone()))
+                    Ok((key.to_owned(), val))
                 })
                 .collect::<Result<BTreeMap<_, _>, PayloadError>>()?,
             Some(other) => return Err(field_err("row", format!("expected an object, got {}", other.type_name()))),
@@ -135,7 +142,7 @@ impl SyncPayload {
         Ok(SyncPayload {
             schema_version: head.schema_version,
             table: head.table,
-            row_id: row_id.to_owned(),
+            row_id,
             hlc: head.hlc,
             deleted,
             row,

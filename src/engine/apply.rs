@@ -107,7 +107,7 @@ impl Engine {
             let retry = head.hlc.ms.saturating_sub(HLC_MAX_FUTURE_DRIFT_MS) as i64;
             return Err(Verdict::Defer(defer_reason::FUTURE_HLC, e.to_string(), Some(retry)));
         }
-        let payload = SyncPayload::from_json(&json)
+        let payload = SyncPayload::from_head(head, json)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
         if payload.row_id.len() > super::mutate::MAX_ID_BYTES {
             return Err(Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, "rowId too long".into()));
