@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore] [--cpu-profile FILE]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -27,7 +27,8 @@ if (!process.argv.includes('--skip-build')) {
   console.error('building the bench wasm, the relay and the seeder (release)…');
   sh('wasm-pack', ['build', '--profile', 'wasm-release', '--target', 'web', '--mode', 'no-install', '--out-dir', 'bench/pkg', '--out-name', 'simplysync', '--no-pack', '.', '--', '--features', 'bench', '--locked']);
   const wasmOpt = path.join(process.env.SIMPLYSYNC_TOOLS ?? '/opt/simplysync-tools', 'node_modules/.bin/wasm-opt');
-  sh(wasmOpt, ['-Oz', '--enable-bulk-memory', '--enable-reference-types', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
+  // --cpu-profile keeps the wasm's function names (-g), so the profile names Rust and C frames.
+  sh(wasmOpt, [...(arg('cpu-profile', '') ? ['-g'] : []), '-Oz', '--enable-bulk-memory', '--enable-reference-types', '--enable-nontrapping-float-to-int', '--enable-sign-ext',
     '--enable-mutable-globals', '--enable-multivalue', 'bench/pkg/simplysync_bg.wasm', '-o', 'bench/pkg/simplysync_bg.wasm']);
   sh('cargo', ['build', '--release', '--locked', '-p', 'simplysync-relay']);
   sh('cargo', ['build', '--release', '--locked', '--example', 'bench_seed']);
@@ -64,6 +65,54 @@ const server = http.createServer((req, res) => {
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
 const page = `http://127.0.0.1:${server.address().port}/index.html`;
 
+// `--cpu-profile FILE`: V8's sampling profile of the bench worker from its first instruction
+// (the worker waits for the profiler), written as FILE (a .cpuprofile DevTools opens), with the
+// top functions by self time printed.
+async function profileWorker(p) {
+  const cdp = await p.context().newCDPSession(p);
+  const pending = new Map();
+  let nextId = 1;
+  let worker;
+  cdp.on('Target.receivedMessageFromTarget', ({ message }) => {
+    const m = JSON.parse(message);
+    pending.get(m.id)?.(m);
+    pending.delete(m.id);
+  });
+  const send = (method, params = {}) => new Promise((resolve) => {
+    const id = nextId++;
+    pending.set(id, resolve);
+    cdp.send('Target.sendMessageToTarget', { sessionId: worker, message: JSON.stringify({ id, method, params }) });
+  });
+  cdp.on('Target.attachedToTarget', async ({ sessionId, targetInfo }) => {
+    if (targetInfo.type !== 'worker' || worker) return;
+    worker = sessionId;
+    await send('Profiler.enable');
+    await send('Profiler.setSamplingInterval', { interval: 250 });
+    await send('Profiler.start');
+    await send('Runtime.runIfWaitingForDebugger');
+  });
+  await cdp.send('Target.setAutoAttach', { autoAttach: true, waitForDebuggerOnStart: true, flatten: false });
+  return {
+    async stop(file) {
+      const { result } = await send('Profiler.stop');
+      writeFileSync(file, JSON.stringify(result.profile));
+      const { nodes, samples, timeDeltas } = result.profile;
+      const byId = new Map(nodes.map((n) => [n.id, n]));
+      const self = new Map();
+      samples.forEach((id, i) => {
+        const f = byId.get(id).callFrame;
+        const name = `${f.functionName || '(anonymous)'} ${f.url ? path.basename(f.url) : ''}`.trim();
+        self.set(name, (self.get(name) ?? 0) + (timeDeltas[i] ?? 0) / 1000);
+      });
+      const total = [...self.values()].reduce((a, b) => a + b, 0);
+      console.error(`CPU profile of the worker: ${file} (${Math.round(total)} ms sampled); top self time:`);
+      for (const [name, ms] of [...self].sort((a, b) => b[1] - a[1]).slice(0, 40)) {
+        console.error(`${ms.toFixed(0).padStart(8)} ms ${((100 * ms) / total).toFixed(1).padStart(5)}%  ${name.slice(0, 140)}`);
+      }
+    },
+  };
+}
+
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
@@ -73,10 +122,12 @@ let webkit;
 try {
   const p = await (await browser.newContext()).newPage();
   p.on('console', (m) => console.error('page:', m.text()));
+  const profiler = arg('cpu-profile', '') ? await profileWorker(p) : null;
   const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
   await p.goto(`${page}?${q}`);
   await p.waitForFunction(() => window.benchResults, null, { timeout: 20 * 60 * 1000, polling: 500 });
   data = await p.evaluate(() => window.benchResults);
+  if (profiler) await profiler.stop(arg('cpu-profile', ''));
   await browser.close();
   if (!arg('only', '') && !process.argv.includes('--no-webkit')) {
     // The IndexedDB storage where it is the one 'auto' picks: WebKitGTK with Safari's storage
@@ -161,6 +212,16 @@ if (r.restore) {
     const floor = r.rawLoad.map((x) => (x.rows / x.ms) * 1000);
     row(`the floor: ${fmt(r.rawLoad[0].rows)} rows by bare INSERTs, a commit per 1000, rows/s`, spread(floor), `restore / floor ×${fmt(median(rate) / median(floor), 2)}`);
   }
+  // What the OPFS VFS wrote (median run of each): SQLite writes each WAL frame as two calls,
+  // its 24-byte header and its page, and on OPFS every call has a fixed cost.
+  const writes = (label, ws, ms) => {
+    if (!ws) return;
+    const w = ws[Math.floor(ws.length / 2)];
+    row(`${label}: OPFS write calls (of them < 512 bytes) · MB · ms inside them (median run)`,
+      `${fmt(w.calls)} (${fmt(w.small)}) · ${fmt(w.bytes / 1e6, 1)} · ${fmt(w.ms)}`, `${fmt((w.ms / ms) * 100)}% of the run`);
+  };
+  writes('restore', r.restoreWrites, total);
+  if (r.rawLoad) writes('the floor', r.rawLoadWrites, r.rawLoad[Math.floor(r.rawLoad.length / 2)].ms);
   if (r.restoreIdb) {
     const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);
     row(`IndexedDB storage: restore ${fmt(r.restoreIdb[0].events)} events + flush, events/s`, spread(rateI), `vs OPFS ×${fmt(median(rateI) / median(rate), 2)}`);
