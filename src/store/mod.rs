@@ -3,6 +3,7 @@
 
 use rusqlite::Connection;
 
+pub mod coalesce;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
 pub mod inbox;

@@ -37,6 +37,12 @@ fn vfs_name(db_name: &str) -> String {
     format!("simplysync-opfs:{db_name}")
 }
 
+/// The VFS databases are opened with: the pool's, behind the write-coalescing shim
+/// ([`super::coalesce`]; a WAL frame's header and page go down as one OPFS write).
+fn coalesced_vfs_name(db_name: &str) -> String {
+    format!("simplysync-opfs-coalesced:{db_name}")
+}
+
 /// Installs (or reuses) the pool of `db_name`.
 pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError> {
     if let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) {
@@ -47,6 +53,7 @@ pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError>
     }
     let cfg = OpfsSAHPoolCfgBuilder::new().vfs_name(&vfs_name(db_name)).directory(&pool_directory(db_name)).build();
     let pool = install::<sqlite_wasm_rs::WasmOsCallback>(&cfg, false).await.map_err(opfs_err)?;
+    super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name))?;
     POOLS.with(|p| p.borrow_mut().insert(db_name.to_owned(), pool.clone()));
     Ok(pool)
 }
@@ -64,7 +71,7 @@ pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Resu
         pool.ensure_capacity(needed).await.map_err(opfs_err)?;
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-    let conn = Connection::open_with_flags_and_vfs(db_name, flags, vfs_name(db_name).as_str())?;
+    let conn = Connection::open_with_flags_and_vfs(db_name, flags, coalesced_vfs_name(db_name).as_str())?;
     super::configure_with_page_size(&conn, page_size)?;
     Ok(conn)
 }
