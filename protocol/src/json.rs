@@ -259,9 +259,7 @@ impl Json {
     pub fn get(&self, key: &str) -> Option<&Json> {
         match self {
             // A small object (a payload, a row) is searched in place: no key is built.
-            Json::Object(map) if map.len() <= 16 => {
-                map.iter().find(|(k, _)| k.0 == key.as_bytes()).map(|(_, v)| v)
-            }
+            Json::Object(map) if map.len() <= 16 => map.iter().find(|(k, _)| k.0 == key.as_bytes()).map(|(_, v)| v),
             Json::Object(map) => map.get(&JsonString::from(key)),
             _ => None,
         }
@@ -404,9 +402,26 @@ mod tests {
     #[test]
     fn every_pair_of_strings_orders_as_its_code_units() {
         let mut strings: Vec<JsonString> = [
-            "", "a", "ab", "a\u{7F}", "a\u{80}", "a\u{7FF}", "a\u{800}", "a\u{D7FF}", "a\u{E000}", "a\u{FFFF}",
-            "a\u{10000}", "a\u{10FFFF}", "\u{E9}", "\u{E9}z", "\u{EA}", "\u{FFFF}a", "\u{10000}a", "\u{1F600}",
-            "\u{1F601}", "z",
+            "",
+            "a",
+            "ab",
+            "a\u{7F}",
+            "a\u{80}",
+            "a\u{7FF}",
+            "a\u{800}",
+            "a\u{D7FF}",
+            "a\u{E000}",
+            "a\u{FFFF}",
+            "a\u{10000}",
+            "a\u{10FFFF}",
+            "\u{E9}",
+            "\u{E9}z",
+            "\u{EA}",
+            "\u{FFFF}a",
+            "\u{10000}a",
+            "\u{1F600}",
+            "\u{1F601}",
+            "z",
         ]
         .iter()
         .map(|s| JsonString::from(*s))

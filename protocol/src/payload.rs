@@ -139,13 +139,6 @@ impl SyncPayload {
             Some(other) => return Err(field_err("row", format!("expected an object, got {}", other.type_name()))),
             None => return Err(field_err("row", "missing")),
         };
-        Ok(SyncPayload {
-            schema_version: head.schema_version,
-            table: head.table,
-            row_id,
-            hlc: head.hlc,
-            deleted,
-            row,
-        })
+        Ok(SyncPayload { schema_version: head.schema_version, table: head.table, row_id, hlc: head.hlc, deleted, row })
     }
 }
