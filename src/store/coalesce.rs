@@ -9,7 +9,11 @@
 //! the file — a read, a sync, a size, a truncate, a lock change, a file control, a close, a
 //! write elsewhere — first sends down what is held, so the file below sees every byte in the
 //! order SQLite wrote it before anything could observe or persist it: a sync still covers
-//! every write before it, and a crash loses only what an unsynced write could lose anyway.
+//! every write before it. A held write lives in memory until then, so the shim relies on
+//! `synchronous = FULL` (what [`super::configure`] sets): with it, what can be held when a tab
+//! dies is only the tail SQLite writes *after* a commit's sync (WAL padding), whose loss the
+//! WAL's frame checksums detect on recovery. A write that fails stays held and fails every
+//! later call until it goes down.
 //!
 //! Everything else is the underlying VFS's own: its methods, its app data, its files.
 //!
@@ -20,6 +24,7 @@
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void, CString};
+use std::sync::Mutex;
 
 use rusqlite::ffi;
 
@@ -54,13 +59,21 @@ pub struct WriteCounts {
     pub sent: u64,
 }
 
+/// A registered shim: SQLite's VFS struct (a copy of the underlying one's, but for `xOpen`,
+/// `szOsFile` and the name), then the underlying VFS.
+#[repr(C)]
+struct ShimVfs {
+    base: ffi::sqlite3_vfs,
+    real: *mut ffi::sqlite3_vfs,
+}
+
 thread_local! {
     static COUNTS: RefCell<WriteCounts> = const { RefCell::new(WriteCounts { received: 0, sent: 0 }) };
-    /// The shims installed: shim name → the underlying VFS.
-    static SHIMS: RefCell<BTreeMap<String, usize>> = const { RefCell::new(BTreeMap::new()) };
-    /// Our method table for each underlying one, built once.
-    static METHODS: RefCell<BTreeMap<usize, usize>> = const { RefCell::new(BTreeMap::new()) };
 }
+
+/// Our method table for each underlying one, built once (SQLite's registry is process-wide,
+/// so this is too).
+static METHODS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 
 /// The write counts so far (of every shim on this thread).
 pub fn write_counts() -> WriteCounts {
@@ -75,9 +88,6 @@ const HEADER: usize = {
 
 /// Registers VFS `name`, a coalescing shim over the registered VFS `real` (once per name).
 pub fn install(real: &str, name: &str) -> Result<(), StoreError> {
-    if SHIMS.with(|s| s.borrow().contains_key(name)) {
-        return Ok(());
-    }
     let real_c = CString::new(real).map_err(|_| StoreError::Opfs(format!("VFS name {real:?} contains NUL")))?;
     let name_c = CString::new(name).map_err(|_| StoreError::Opfs(format!("VFS name {name:?} contains NUL")))?;
     // SAFETY: sqlite3_vfs_find only reads the registry; the pointer it returns stays valid
@@ -86,6 +96,10 @@ pub fn install(real: &str, name: &str) -> Result<(), StoreError> {
     if real_vfs.is_null() {
         return Err(StoreError::Opfs(format!("no VFS named {real:?} to wrap")));
     }
+    // SAFETY: as above; a shim registered earlier under this name is kept.
+    if !unsafe { ffi::sqlite3_vfs_find(name_c.as_ptr()) }.is_null() {
+        return Ok(());
+    }
     // SAFETY: real_vfs points at a registered, initialized sqlite3_vfs. The copy keeps its
     // app data and every method but xOpen, so its methods find their state as before.
     let mut vfs: ffi::sqlite3_vfs = unsafe { std::ptr::read(real_vfs) };
@@ -93,27 +107,21 @@ pub fn install(real: &str, name: &str) -> Result<(), StoreError> {
     vfs.pNext = std::ptr::null_mut();
     vfs.zName = name_c.into_raw();
     vfs.xOpen = Some(shim_open);
-    let vfs = Box::into_raw(Box::new(vfs));
-    // SAFETY: vfs is a valid, leaked sqlite3_vfs (SQLite keeps the pointer while registered).
-    let rc = unsafe { ffi::sqlite3_vfs_register(vfs, 0) };
+    let shim = Box::into_raw(Box::new(ShimVfs { base: vfs, real: real_vfs }));
+    // SAFETY: shim is a valid, leaked ShimVfs whose first field is the sqlite3_vfs (SQLite
+    // keeps the pointer while registered).
+    let rc = unsafe { ffi::sqlite3_vfs_register(shim.cast(), 0) };
     if rc != ffi::SQLITE_OK {
         return Err(StoreError::Opfs(format!("cannot register VFS {name:?} (SQLite code {rc})")));
     }
-    SHIMS.with(|s| s.borrow_mut().insert(name.to_owned(), real_vfs as usize));
     Ok(())
-}
-
-fn real_vfs_of(vfs: *mut ffi::sqlite3_vfs) -> Option<*mut ffi::sqlite3_vfs> {
-    // SAFETY: zName of a registered VFS is a valid C string.
-    let name = unsafe { std::ffi::CStr::from_ptr((*vfs).zName) }.to_str().ok()?.to_owned();
-    SHIMS.with(|s| s.borrow().get(&name).map(|p| *p as *mut ffi::sqlite3_vfs))
 }
 
 /// Our methods for files whose underlying methods are `real` (same version, same optional
 /// methods present, each forwarding after sending down what is held).
 fn methods_for(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_methods {
-    METHODS.with(|m| {
-        let mut m = m.borrow_mut();
+    {
+        let mut m = METHODS.lock().unwrap_or_else(|p| p.into_inner());
         let ptr = *m.entry(real as usize).or_insert_with(|| {
             // SAFETY: real is the method table of a file the underlying VFS just opened.
             let r = unsafe { &*real };
@@ -131,17 +139,18 @@ fn methods_for(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_m
                 xFileControl: Some(x_file_control),
                 xSectorSize: Some(x_sector_size),
                 xDeviceCharacteristics: Some(x_device_characteristics),
-                xShmMap: r.xShmMap.map(|_| x_shm_map as _),
-                xShmLock: r.xShmLock.map(|_| x_shm_lock as _),
-                xShmBarrier: r.xShmBarrier.map(|_| x_shm_barrier as _),
-                xShmUnmap: r.xShmUnmap.map(|_| x_shm_unmap as _),
-                xFetch: r.xFetch.map(|_| x_fetch as _),
-                xUnfetch: r.xUnfetch.map(|_| x_unfetch as _),
+                // Only the fields the underlying table's version has are read.
+                xShmMap: r.xShmMap.filter(|_| r.iVersion >= 2).map(|_| x_shm_map as _),
+                xShmLock: r.xShmLock.filter(|_| r.iVersion >= 2).map(|_| x_shm_lock as _),
+                xShmBarrier: r.xShmBarrier.filter(|_| r.iVersion >= 2).map(|_| x_shm_barrier as _),
+                xShmUnmap: r.xShmUnmap.filter(|_| r.iVersion >= 2).map(|_| x_shm_unmap as _),
+                xFetch: r.xFetch.filter(|_| r.iVersion >= 3).map(|_| x_fetch as _),
+                xUnfetch: r.xUnfetch.filter(|_| r.iVersion >= 3).map(|_| x_unfetch as _),
             };
             Box::into_raw(Box::new(ours)) as usize
         });
         ptr as *const ffi::sqlite3_io_methods
-    })
+    }
 }
 
 unsafe extern "C" fn shim_open(
@@ -152,7 +161,7 @@ unsafe extern "C" fn shim_open(
     out_flags: *mut c_int,
 ) -> c_int {
     (*file).pMethods = std::ptr::null();
-    let Some(real_vfs) = real_vfs_of(vfs) else { return ffi::SQLITE_CANTOPEN };
+    let real_vfs = (*vfs.cast::<ShimVfs>()).real;
     let Some(open) = (*real_vfs).xOpen else { return ffi::SQLITE_CANTOPEN };
     let shim = file.cast::<ShimFile>();
     let real = file.cast::<u8>().add(HEADER).cast::<ffi::sqlite3_file>();
@@ -193,10 +202,13 @@ unsafe fn send_held(file: *mut ffi::sqlite3_file) -> c_int {
     if !held.pending {
         return ffi::SQLITE_OK;
     }
-    held.pending = false;
     let Some(write) = m.xWrite else { return ffi::SQLITE_IOERR_WRITE };
     count(|c| c.sent += 1);
-    write(real, held.bytes.as_ptr().cast(), held.bytes.len() as c_int, held.offset)
+    let rc = write(real, held.bytes.as_ptr().cast(), held.bytes.len() as c_int, held.offset);
+    // A write that failed stays held: every later call on the file tries it again and fails
+    // until it succeeds, so no read, size or sync ever passes over the hole it would leave.
+    held.pending = rc != ffi::SQLITE_OK;
+    rc
 }
 
 macro_rules! after_held {
@@ -220,14 +232,20 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, a
     let (real, m, held) = parts(file);
     let Some(write) = m.xWrite else { return ffi::SQLITE_IOERR_WRITE };
     if held.pending && held.offset + held.bytes.len() as i64 == offset {
+        let before = held.bytes.len();
         held.bytes.extend_from_slice(data);
         if held.bytes.len() < SMALL {
             return ffi::SQLITE_OK; // still small: keep holding
         }
-        held.pending = false;
         count(|c| c.sent += 1);
         let rc = write(real, held.bytes.as_ptr().cast(), held.bytes.len() as c_int, held.offset);
-        held.bytes.clear();
+        if rc == ffi::SQLITE_OK {
+            held.pending = false;
+            held.bytes.clear();
+        } else {
+            // SQLite hears this write failed; what was held before it stays held.
+            held.bytes.truncate(before);
+        }
         return rc;
     }
     let rc = send_held(file);
@@ -300,7 +318,9 @@ unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
 
 unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c_int {
     let (real, m, _) = parts(file);
-    m.xDeviceCharacteristics.map_or(0, |f| f(real))
+    // Held writes reach the file later than SQLite wrote them: never promise it the ordering
+    // that would let it skip a sync.
+    m.xDeviceCharacteristics.map_or(0, |f| f(real)) & !(ffi::SQLITE_IOCAP_SEQUENTIAL | ffi::SQLITE_IOCAP_SAFE_APPEND)
 }
 
 unsafe extern "C" fn x_shm_map(
@@ -380,6 +400,10 @@ mod tests {
             // Each WAL frame is a 24-byte header and a page: half the writes are merged away.
             assert!(received >= 40, "SQLite wrote {received} times");
             assert!(sent * 2 <= received + 2, "{received} writes from SQLite went down as {sent}");
+            // Another connection, without the shim, sees every commit while this one is open.
+            let plain = open(&path, "unix");
+            let n: i64 = plain.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+            assert_eq!(n, 2000, "committed rows are in the files before the shim's connection closes");
         }
         // The bytes on disk are exactly SQLite's: the plain VFS reads every row back.
         let conn = open(&path, "unix");
@@ -418,12 +442,19 @@ mod tests {
 
     /// Opens `path` through shim `name` directly at the VFS level; returns the VFS and the file.
     unsafe fn raw_open(name: &str, path: &std::path::Path) -> (*mut ffi::sqlite3_vfs, *mut ffi::sqlite3_file, CString) {
+        raw_open_with(name, path, ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE | ffi::SQLITE_OPEN_MAIN_DB)
+    }
+
+    unsafe fn raw_open_with(
+        name: &str,
+        path: &std::path::Path,
+        flags: c_int,
+    ) -> (*mut ffi::sqlite3_vfs, *mut ffi::sqlite3_file, CString) {
         let vfs = ffi::sqlite3_vfs_find(CString::new(name).unwrap().as_ptr());
         assert!(!vfs.is_null());
         let layout = std::alloc::Layout::from_size_align((*vfs).szOsFile as usize, 8).unwrap();
         let file = std::alloc::alloc_zeroed(layout).cast::<ffi::sqlite3_file>();
         let zname = CString::new(path.to_str().unwrap()).unwrap();
-        let flags = ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_CREATE | ffi::SQLITE_OPEN_MAIN_DB;
         let mut out = 0;
         assert_eq!((*vfs).xOpen.unwrap()(vfs, zname.as_ptr(), file, flags, &mut out), ffi::SQLITE_OK);
         (vfs, file, zname)
@@ -452,6 +483,18 @@ mod tests {
             let page = vec![7u8; 4096];
             assert_eq!(m.xWrite.unwrap()(file, page.as_ptr().cast(), 4096, 204), ffi::SQLITE_OK);
             assert_eq!(write_counts().sent, sent + 1);
+            // A lock change, a truncate and a file control each send a held write down first.
+            let on_disk = |at: usize, len: usize| std::fs::read(&path).unwrap().get(at..at + len).map(<[u8]>::to_vec);
+            assert_eq!(m.xWrite.unwrap()(file, b"lockme".as_ptr().cast(), 6, 5000), ffi::SQLITE_OK);
+            assert_eq!(m.xLock.unwrap()(file, ffi::SQLITE_LOCK_SHARED), ffi::SQLITE_OK);
+            assert_eq!(on_disk(5000, 6).as_deref(), Some(&b"lockme"[..]));
+            assert_eq!(m.xUnlock.unwrap()(file, ffi::SQLITE_LOCK_NONE), ffi::SQLITE_OK);
+            assert_eq!(m.xWrite.unwrap()(file, b"trunc".as_ptr().cast(), 5, 6000), ffi::SQLITE_OK);
+            assert_eq!(m.xTruncate.unwrap()(file, 8192), ffi::SQLITE_OK);
+            assert_eq!(on_disk(6000, 5).as_deref(), Some(&b"trunc"[..]));
+            assert_eq!(m.xWrite.unwrap()(file, b"fcntl".as_ptr().cast(), 5, 7000), ffi::SQLITE_OK);
+            let _ = m.xFileControl.unwrap()(file, ffi::SQLITE_FCNTL_SYNC_OMITTED, std::ptr::null_mut());
+            assert_eq!(on_disk(7000, 5).as_deref(), Some(&b"fcntl"[..]));
             assert_eq!(m.xWrite.unwrap()(file, b"last".as_ptr().cast(), 4, 9000), ffi::SQLITE_OK);
             assert_eq!(m.xSync.unwrap()(file, ffi::SQLITE_SYNC_FULL), ffi::SQLITE_OK);
             let bytes = std::fs::read(&path).unwrap();
@@ -461,6 +504,31 @@ mod tests {
             assert!(bytes[204..4300].iter().all(|&b| b == 7));
             assert_eq!(bytes.get(9000..9004), Some(&b"last"[..]), "the held write went down before the sync");
             assert_eq!(m.xClose.unwrap()(file), ffi::SQLITE_OK);
+            let layout = std::alloc::Layout::from_size_align((*vfs).szOsFile as usize, 8).unwrap();
+            std::alloc::dealloc(file.cast(), layout);
+        }
+    }
+
+    #[test]
+    fn a_held_write_that_fails_keeps_failing_every_later_call_instead_of_leaving_a_hole() {
+        install("unix", "coalesce-test-failing").unwrap();
+        let path = temp_db("failing");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        unsafe {
+            // A read-only file: every write that reaches it fails.
+            let (vfs, file, _name) =
+                raw_open_with("coalesce-test-failing", &path, ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_MAIN_DB);
+            let m = &*(*file).pMethods;
+            assert_eq!(m.xWrite.unwrap()(file, b"held".as_ptr().cast(), 4, 0), ffi::SQLITE_OK, "held, not yet sent");
+            assert_ne!(
+                m.xSync.unwrap()(file, ffi::SQLITE_SYNC_FULL),
+                ffi::SQLITE_OK,
+                "the sync reports the failed write"
+            );
+            assert_ne!(m.xSync.unwrap()(file, ffi::SQLITE_SYNC_FULL), ffi::SQLITE_OK, "and so does the next one");
+            let mut buf = [0u8; 4];
+            assert_ne!(m.xRead.unwrap()(file, buf.as_mut_ptr().cast(), 4, 0), ffi::SQLITE_OK, "no read past the hole");
+            let _ = m.xClose.unwrap()(file);
             let layout = std::alloc::Layout::from_size_align((*vfs).szOsFile as usize, 8).unwrap();
             std::alloc::dealloc(file.cast(), layout);
         }

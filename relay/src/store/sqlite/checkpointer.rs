@@ -106,8 +106,15 @@ fn run(conn: &Connection, state: &(Mutex<State>, Condvar)) {
             }
             st.pending = 0;
         }
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            tracing::warn!(error = %e, "background WAL checkpoint failed; retried after the next commit");
+        // (busy, frames in the WAL, frames copied): a checkpoint a reader held back is tried
+        // again after the gap even if no commit comes.
+        let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+        });
+        match done {
+            Ok((busy, log, copied)) if busy != 0 || copied < log => guard(lock).pending += 1,
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "background WAL checkpoint failed; retried after the next commit"),
         }
         // Let commits gather before the next one (woken early only to stop).
         let st = guard(lock);
