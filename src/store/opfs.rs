@@ -53,7 +53,6 @@ pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError>
     }
     let cfg = OpfsSAHPoolCfgBuilder::new().vfs_name(&vfs_name(db_name)).directory(&pool_directory(db_name)).build();
     let pool = install::<sqlite_wasm_rs::WasmOsCallback>(&cfg, false).await.map_err(opfs_err)?;
-    super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name))?;
     POOLS.with(|p| p.borrow_mut().insert(db_name.to_owned(), pool.clone()));
     Ok(pool)
 }
@@ -70,6 +69,8 @@ pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Resu
     if pool.capacity() < needed {
         pool.ensure_capacity(needed).await.map_err(opfs_err)?;
     }
+    // Once per pool (a no-op after), and tried again by the next open if it ever failed.
+    super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name))?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(db_name, flags, coalesced_vfs_name(db_name).as_str())?;
     super::configure_with_page_size(&conn, page_size)?;
