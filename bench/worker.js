@@ -102,6 +102,13 @@ self.onmessage = async ({ data }) => {
       self.postMessage({ results });
       return;
     }
+    if (data.only === 'writes') {
+      // Only the OPFS write paths: single-row commits and the 10,000-row transaction.
+      results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
+      results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+      self.postMessage({ results });
+      return;
+    }
     log('local writes');
     results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
     log('bulk writes');
