@@ -1,17 +1,19 @@
-//! A VFS shim that sends a small write down together with the write that continues it.
+//! A VFS shim that sends SQLite's consecutive writes down as one write.
 //!
 //! SQLite writes each WAL frame as two calls — its 24-byte header, then its page right after
-//! it — and a rollback journal record as three (page number, page, checksum). On OPFS every
-//! sync-access-handle call has a fixed cost (~0.6 ms on the project's VM against ~8 ms per
-//! MB; BENCHMARKS.md), so in a 100,000-event restore 1,485 of the 3,420 write calls were frame
-//! headers. The shim holds a write smaller than [`SMALL`] bytes and, when the next call on the
-//! file is a write that starts where it ends, sends both down as one write. Any other call on
-//! the file — a read, a sync, a size, a truncate, a lock change, a file control, a close, a
-//! write elsewhere — first sends down what is held, so the file below sees every byte in the
-//! order SQLite wrote it before anything could observe or persist it: a sync still covers
-//! every write before it. A held write lives in memory until then, so the shim relies on
-//! `synchronous = FULL` (what [`super::configure`] sets): with it, what can be held when a tab
-//! dies is only the tail SQLite writes *after* a commit's sync (WAL padding), whose loss the
+//! it — and the frames of one commit one after another; a rollback journal record is three
+//! calls (page number, page, checksum). On OPFS every sync-access-handle call has a fixed cost
+//! (~0.6 ms on the project's VM against ~8 ms per MB; BENCHMARKS.md): in a 100,000-event
+//! restore 1,485 of the 3,420 write calls were frame headers. The shim holds a write and
+//! appends to it each write that starts where the held bytes end, as long as the total stays
+//! within the shim's cap (set per underlying VFS: SQLite's unix VFS refuses a write over
+//! 128 KiB − 1), so a commit's frames go down as few writes. Any other call on the file — a
+//! read, a sync, a size, a truncate, a lock change, a file control, a close, a write elsewhere
+//! — first sends down what is held, so the file below sees every byte in the order SQLite wrote
+//! it before anything could observe or persist it: a sync still covers every write before it.
+//! Held bytes live in memory until then, so the shim relies on `synchronous = FULL` (what
+//! [`super::configure`] sets): every commit then ends with a sync, and what can be held when a
+//! tab dies is only the tail SQLite writes *after* a commit's sync (WAL padding), whose loss the
 //! WAL's frame checksums detect on recovery. A write that fails stays held and fails every
 //! later call until it goes down.
 //!
@@ -30,8 +32,9 @@ use rusqlite::ffi;
 
 use super::StoreError;
 
-/// Writes shorter than this are held for the write that continues them.
-pub const SMALL: usize = 512;
+/// The cap for OPFS sync access handles (no limit of their own): a commit of up to ~15 frames
+/// of 64 KiB goes down as one write.
+pub const OPFS_HOLD: usize = 1 << 20;
 
 /// A file of the shim: SQLite's handle, what is held, then the underlying VFS's own file.
 #[repr(C)]
@@ -44,6 +47,8 @@ struct ShimFile {
 }
 
 struct Held {
+    /// The most bytes held (and sent as one write).
+    cap: usize,
     offset: i64,
     bytes: Vec<u8>,
     /// Whether `bytes` holds a write waiting to go down.
@@ -65,6 +70,8 @@ pub struct WriteCounts {
 struct ShimVfs {
     base: ffi::sqlite3_vfs,
     real: *mut ffi::sqlite3_vfs,
+    /// The most bytes a file of this shim holds.
+    cap: usize,
 }
 
 thread_local! {
@@ -86,8 +93,9 @@ const HEADER: usize = {
     (n + 7) & !7
 };
 
-/// Registers VFS `name`, a coalescing shim over the registered VFS `real` (once per name).
-pub fn install(real: &str, name: &str) -> Result<(), StoreError> {
+/// Registers VFS `name`, a coalescing shim over the registered VFS `real` that holds at most
+/// `cap` bytes per file (and never sends a merged write larger) — once per name.
+pub fn install(real: &str, name: &str, cap: usize) -> Result<(), StoreError> {
     let real_c = CString::new(real).map_err(|_| StoreError::Opfs(format!("VFS name {real:?} contains NUL")))?;
     let name_c = CString::new(name).map_err(|_| StoreError::Opfs(format!("VFS name {name:?} contains NUL")))?;
     // SAFETY: sqlite3_vfs_find only reads the registry; the pointer it returns stays valid
@@ -107,7 +115,7 @@ pub fn install(real: &str, name: &str) -> Result<(), StoreError> {
     vfs.pNext = std::ptr::null_mut();
     vfs.zName = name_c.into_raw();
     vfs.xOpen = Some(shim_open);
-    let shim = Box::into_raw(Box::new(ShimVfs { base: vfs, real: real_vfs }));
+    let shim = Box::into_raw(Box::new(ShimVfs { base: vfs, real: real_vfs, cap }));
     // SAFETY: shim is a valid, leaked ShimVfs whose first field is the sqlite3_vfs (SQLite
     // keeps the pointer while registered).
     let rc = unsafe { ffi::sqlite3_vfs_register(shim.cast(), 0) };
@@ -176,6 +184,7 @@ unsafe extern "C" fn shim_open(
     }
     std::ptr::addr_of_mut!((*shim).real).write(real);
     std::ptr::addr_of_mut!((*shim).held).write(Box::into_raw(Box::new(Held {
+        cap: (*vfs.cast::<ShimVfs>()).cap,
         offset: 0,
         bytes: Vec::new(),
         pending: false,
@@ -231,29 +240,16 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, a
     let data = std::slice::from_raw_parts(buf.cast::<u8>(), len);
     let (real, m, held) = parts(file);
     let Some(write) = m.xWrite else { return ffi::SQLITE_IOERR_WRITE };
-    if held.pending && held.offset + held.bytes.len() as i64 == offset {
-        let before = held.bytes.len();
+    if held.pending && held.offset + held.bytes.len() as i64 == offset && held.bytes.len() + len <= held.cap {
         held.bytes.extend_from_slice(data);
-        if held.bytes.len() < SMALL {
-            return ffi::SQLITE_OK; // still small: keep holding
-        }
-        count(|c| c.sent += 1);
-        let rc = write(real, held.bytes.as_ptr().cast(), held.bytes.len() as c_int, held.offset);
-        if rc == ffi::SQLITE_OK {
-            held.pending = false;
-            held.bytes.clear();
-        } else {
-            // SQLite hears this write failed; what was held before it stays held.
-            held.bytes.truncate(before);
-        }
-        return rc;
+        return ffi::SQLITE_OK; // the next write may continue it too
     }
     let rc = send_held(file);
     if rc != ffi::SQLITE_OK {
         return rc;
     }
-    if len < SMALL {
-        let (_, _, held) = parts(file);
+    let (_, _, held) = parts(file);
+    if len < held.cap {
         held.bytes.clear();
         held.bytes.extend_from_slice(data);
         held.offset = offset;
@@ -363,6 +359,9 @@ mod tests {
 
     use super::*;
 
+    /// SQLite's unix VFS writes at most 128 KiB − 1 bytes per call.
+    const UNIX_CAP: usize = 0x1ffff;
+
     fn open(path: &std::path::Path, vfs: &str) -> Connection {
         let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
         Connection::open_with_flags_and_vfs(path, flags, vfs).unwrap()
@@ -386,7 +385,7 @@ mod tests {
 
     #[test]
     fn wal_frames_go_down_as_one_write_each_and_the_file_reads_back_without_the_shim() {
-        install("unix", "coalesce-test-wal").unwrap();
+        install("unix", "coalesce-test-wal", UNIX_CAP).unwrap();
         let path = temp_db("wal");
         {
             let conn = open(&path, "coalesce-test-wal");
@@ -415,7 +414,7 @@ mod tests {
 
     #[test]
     fn a_rollback_journal_through_the_shim_still_undoes_a_transaction() {
-        install("unix", "coalesce-test-journal").unwrap();
+        install("unix", "coalesce-test-journal", UNIX_CAP).unwrap();
         let path = temp_db("journal");
         let conn = open(&path, "coalesce-test-journal");
         conn.execute_batch("PRAGMA journal_mode = DELETE; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);")
@@ -462,7 +461,7 @@ mod tests {
 
     #[test]
     fn a_held_write_goes_down_before_any_read_size_or_sync_could_miss_it() {
-        install("unix", "coalesce-test-raw").unwrap();
+        install("unix", "coalesce-test-raw", UNIX_CAP).unwrap();
         let path = temp_db("raw");
         unsafe {
             let (vfs, file, _name) = raw_open("coalesce-test-raw", &path);
@@ -477,12 +476,21 @@ mod tests {
             let mut buf = [0u8; 4];
             assert_eq!(m.xRead.unwrap()(file, buf.as_mut_ptr().cast(), 4, 100), ffi::SQLITE_OK);
             assert_eq!(&buf, b"tail", "a read sees the held write");
-            // A small write and the page continuing it go down as one write.
+            // A header and the pages continuing it go down as one write, at the next other call.
             let sent = write_counts().sent;
             assert_eq!(m.xWrite.unwrap()(file, b"head".as_ptr().cast(), 4, 200), ffi::SQLITE_OK);
             let page = vec![7u8; 4096];
-            assert_eq!(m.xWrite.unwrap()(file, page.as_ptr().cast(), 4096, 204), ffi::SQLITE_OK);
-            assert_eq!(write_counts().sent, sent + 1);
+            assert_eq!(m.xWrite.unwrap()(file, page.as_ptr().cast(), 2048, 204), ffi::SQLITE_OK);
+            assert_eq!(m.xWrite.unwrap()(file, page.as_ptr().cast(), 2048, 2252), ffi::SQLITE_OK);
+            assert_eq!(write_counts().sent, sent, "held until another call");
+            assert_eq!(m.xFileSize.unwrap()(file, &mut size), ffi::SQLITE_OK);
+            assert_eq!(write_counts().sent, sent + 1, "three writes, one sent");
+            assert_eq!(size, 4300);
+            // Never more than the cap in one write: what is held goes first.
+            let big = vec![9u8; UNIX_CAP];
+            assert_eq!(m.xWrite.unwrap()(file, big.as_ptr().cast(), 100, 10_000), ffi::SQLITE_OK);
+            assert_eq!(m.xWrite.unwrap()(file, big.as_ptr().cast(), UNIX_CAP as c_int, 10_100), ffi::SQLITE_OK);
+            assert_eq!(write_counts().sent, sent + 3, "the held 100 bytes, then the write at the cap");
             // A lock change, a truncate and a file control each send a held write down first.
             let on_disk = |at: usize, len: usize| std::fs::read(&path).unwrap().get(at..at + len).map(<[u8]>::to_vec);
             assert_eq!(m.xWrite.unwrap()(file, b"lockme".as_ptr().cast(), 6, 5000), ffi::SQLITE_OK);
@@ -511,7 +519,7 @@ mod tests {
 
     #[test]
     fn a_held_write_that_fails_keeps_failing_every_later_call_instead_of_leaving_a_hole() {
-        install("unix", "coalesce-test-failing").unwrap();
+        install("unix", "coalesce-test-failing", UNIX_CAP).unwrap();
         let path = temp_db("failing");
         std::fs::write(&path, vec![0u8; 8192]).unwrap();
         unsafe {
@@ -536,7 +544,7 @@ mod tests {
 
     #[test]
     fn a_shim_over_a_missing_vfs_is_an_error() {
-        let err = install("no-such-vfs", "coalesce-test-missing").unwrap_err();
+        let err = install("no-such-vfs", "coalesce-test-missing", UNIX_CAP).unwrap_err();
         assert!(err.to_string().contains("no-such-vfs"), "{err}");
     }
 }

@@ -38,7 +38,7 @@ fn vfs_name(db_name: &str) -> String {
 }
 
 /// The VFS databases are opened with: the pool's, behind the write-coalescing shim
-/// ([`super::coalesce`]; a WAL frame's header and page go down as one OPFS write).
+/// ([`super::coalesce`]; a commit's WAL frames go down as one OPFS write).
 fn coalesced_vfs_name(db_name: &str) -> String {
     format!("simplysync-opfs-coalesced:{db_name}")
 }
@@ -70,7 +70,7 @@ pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Resu
         pool.ensure_capacity(needed).await.map_err(opfs_err)?;
     }
     // Once per pool (a no-op after), and tried again by the next open if it ever failed.
-    super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name))?;
+    super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name), super::coalesce::OPFS_HOLD)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(db_name, flags, coalesced_vfs_name(db_name).as_str())?;
     super::configure_with_page_size(&conn, page_size)?;
