@@ -42,7 +42,7 @@ struct ShimFile {
     base: ffi::sqlite3_file,
     /// The underlying file (inside this same allocation, right after the header).
     real: *mut ffi::sqlite3_file,
-    /// A held small write: its offset and bytes (a `Box`, so SQLite's memory holds a pointer).
+    /// The held writes: their offset and bytes (a `Box`, so SQLite's memory holds a pointer).
     held: *mut Held,
 }
 
