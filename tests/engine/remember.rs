@@ -463,6 +463,25 @@ async fn the_clock_survives_a_purge_and_a_restart_so_a_later_write_still_sorts_a
 }
 
 #[tokio::test]
+async fn a_restart_at_the_same_wall_time_resumes_the_clock_after_every_local_write() {
+    let path = db_file("resume");
+    let secret = phrase();
+    let a = on_file(&secret, &[], &path);
+    a.engine.insert("todos", todo("x", "one")).unwrap();
+    let mut last = String::new();
+    for title in ["two", "three", "four"] {
+        let row = a.engine.update("todos", "x", Json::object([("title", Json::from(title))])).unwrap();
+        last = row.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+    }
+    drop(a);
+    // The wall clock has not moved: only what the database holds tells the clock how far it got.
+    let a = on_file(&secret, &[], &path);
+    let row = a.engine.insert("todos", todo("y", "after the restart")).unwrap();
+    let next = row.get("updatedAt").unwrap().as_str().unwrap();
+    assert!(next > last.as_str(), "{next} must sort after {last}");
+}
+
+#[tokio::test]
 async fn the_device_id_is_kept_across_restarts_and_stamps_every_event() {
     let relay = TestRelay::start();
     let path = db_file("device");
