@@ -103,9 +103,11 @@ self.onmessage = async ({ data }) => {
       return;
     }
     if (data.only === 'writes') {
-      // Only the OPFS write paths: single-row commits and the 10,000-row transaction.
+      // Only the write paths: single-row commits and the 10,000-row transaction, OPFS then IndexedDB.
       results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
       results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
+      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
       self.postMessage({ results });
       return;
     }

@@ -86,6 +86,20 @@ async fn a_database_on_opfs_uses_the_settings_the_readme_promises() {
     assert_eq!(value("PRAGMA journal_mode"), Text("wal".into()));
     assert_eq!(value("PRAGMA synchronous"), Integer(2), "FULL");
     assert_eq!(value("PRAGMA locking_mode"), Text("exclusive".into()));
-    assert_eq!(value("PRAGMA page_size"), Integer(65536));
+    assert_eq!(value("PRAGMA page_size"), Integer(4096));
+    assert_eq!(value("PRAGMA wal_autocheckpoint"), Integer(16384), "64 MiB of 4 KiB pages");
     assert_eq!(value("PRAGMA cache_size"), Integer(-32768));
+}
+
+#[wasm_bindgen_test]
+async fn a_database_made_with_64_kib_pages_keeps_them_and_its_checkpoint_threshold_counts_bytes() {
+    let name = unique_name("oldpages");
+    {
+        let conn = simplysync::store::opfs::open_database_with_page_size(&name, 65536).await.unwrap();
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY)").unwrap();
+    }
+    let conn = open_database(&name).await.unwrap();
+    let value = |sql: &str| conn.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    assert_eq!(value("PRAGMA page_size"), 65536);
+    assert_eq!(value("PRAGMA wal_autocheckpoint"), 1024, "64 MiB of 64 KiB pages, not 1 GiB");
 }

@@ -43,22 +43,32 @@ pub fn configure(conn: &Connection) -> Result<(), StoreError> {
     configure_with_page_size(conn, PAGE_SIZE)
 }
 
-/// The page size of new databases (an existing database keeps its own). On OPFS every
-/// sync-access-handle call has a fixed cost that dwarfs the bytes it moves, so large pages
-/// win: a 10,000-row transaction ran at 40k rows/s with 4 KiB pages and 317k rows/s with
-/// 64 KiB pages, while a single-row commit cost the same (BENCHMARKS.md). Natively SQLite's
-/// default is kept.
-#[cfg(target_arch = "wasm32")]
-pub const PAGE_SIZE: u32 = 65536;
-/// The page size of new databases (an existing database keeps its own).
-#[cfg(not(target_arch = "wasm32"))]
+/// The page size of new databases (an existing database keeps its own): SQLite's default.
+/// On OPFS a sync-access-handle call has a fixed cost that dwarfs the bytes it moves, so
+/// 64 KiB pages once won there (a 10,000-row transaction: 40k rows/s with 4 KiB pages, 317k
+/// with 64 KiB). Since the write-coalescing shim ([`coalesce`]) sends a commit's frames down
+/// as one call, the bytes decide instead, and 4 KiB pages write a sixteenth of them per page:
+/// a single-row commit's p99 1.5 ms instead of 17.5, a restore 26k events/s instead of 22k
+/// (BENCHMARKS.md, issue 17 round three).
 pub const PAGE_SIZE: u32 = 4096;
+
+/// The WAL's size, in bytes, at which a commit checkpoints it into the database file. SQLite
+/// counts the threshold in pages (default 1000); in bytes it keeps a restore's checkpoints as
+/// rare with 4 KiB pages as they were with 64 KiB ones (a checkpoint on OPFS is a run of
+/// scattered writes that the shim cannot merge). Browser only: natively SQLite's default stays.
+#[cfg(target_arch = "wasm32")]
+const WAL_CHECKPOINT_BYTES: u32 = 64 << 20;
 
 /// [`configure`] with a page size for a database not created yet.
 pub fn configure_with_page_size(conn: &Connection, page_size: u32) -> Result<(), StoreError> {
     conn.execute_batch(&format!("PRAGMA page_size = {page_size};"))?;
     #[cfg(target_arch = "wasm32")]
-    conn.execute_batch("PRAGMA locking_mode = EXCLUSIVE;")?;
+    {
+        conn.execute_batch("PRAGMA locking_mode = EXCLUSIVE;")?;
+        // The database's own page size: an existing file keeps the one it was created with.
+        let actual: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_BYTES / actual.max(512))?;
+    }
     // A 32 MiB page cache: large transactions (a 10,000-row batch, a 1000-event pulled page)
     // otherwise spill dirty pages mid-transaction, doubling the I/O.
     conn.execute_batch(
