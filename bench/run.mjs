@@ -180,6 +180,9 @@ if (r.localWrite) {
   const rawMean = r.localWrite.map((x) => mean(x.raw));
   const engMean = r.localWrite.map((x) => mean(x.engine));
   row('local write, mean of 200 commits: bare INSERT / engine mutation, ms', `${spread(rawMean, 3)} / ${spread(engMean, 3)}`, `ratio engine/raw ${fmt(median(engMean.map((e, i) => e / rawMean[i])), 2)}`);
+  // The engine's row + intent written by hand (same tables and indexes): the pages' cost.
+  const handMean = r.localWrite.map((x) => mean(x.byHand));
+  row('local write, mean of 200 commits: the engine\'s row + intent by hand (no engine code), ms', spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
   const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
   const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
   const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);

@@ -125,6 +125,33 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         storage.durable(&raw_name).await?;
         raw_ms.push(now() - t0);
     }
+    // The engine's writes by hand: the row and an outbox-shaped intent in one transaction,
+    // the same tables and indexes as the engine's, without its code (what the pages cost).
+    let (by_hand, hand_name) = storage.open("hand-single").await?;
+    by_hand
+        .execute_batch(
+            "CREATE TABLE t (id TEXT PRIMARY KEY, updatedAt TEXT, deleted INTEGER, title TEXT, done INTEGER, position INTEGER) WITHOUT ROWID;
+             CREATE TABLE o (seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, table_name TEXT NOT NULL, row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER);",
+        )
+        .map_err(js_err)?;
+    let mut hand_ms = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let t0 = now();
+        let hlc = format!("{:015}-000000-devicedevicedevice00", 1_764_504_000_000u64 + u64::from(i));
+        let id = format!("row-{i:08}");
+        by_hand.execute_batch("BEGIN").map_err(js_err)?;
+        by_hand
+            .prepare_cached("INSERT INTO t VALUES (?1, ?2, 0, ?3, ?4, ?5)")
+            .and_then(|mut s| s.execute(params![id, hlc, format!("todo number {i}"), i % 3 == 0, i]))
+            .map_err(js_err)?;
+        by_hand
+            .prepare_cached("INSERT INTO o (event_id, table_name, row_id, created_at) VALUES (?1, 'todos', ?2, ?3)")
+            .and_then(|mut s| s.execute(params![hlc, id, i64::from(i)]))
+            .map_err(js_err)?;
+        by_hand.execute_batch("COMMIT").map_err(js_err)?;
+        storage.durable(&hand_name).await?;
+        hand_ms.push(now() - t0);
+    }
     let (e, name) = storage.engine(KEY, vec![], "engine-single").await?;
     let mut engine_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
@@ -133,7 +160,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         storage.durable(&name).await?;
         engine_ms.push(now() - t0);
     }
-    Ok(serde_to_js(&serde_json::json!({ "raw": raw_ms, "engine": engine_ms })))
+    Ok(serde_to_js(&serde_json::json!({ "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms })))
 }
 
 /// `n` rows in one transaction: bare prepared INSERTs vs engine mutations. Durations in ms.
