@@ -224,8 +224,9 @@ impl Engine {
     /// Returns the rows as written.
     pub fn transaction(&self, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
         // The clock is not written here: every HLC a mutation issues lands in its row and its
-        // outbox intent, and `Engine::open` resumes from the greatest of those. One page fewer
-        // per commit (BENCHMARKS.md, issue 17 round three).
+        // outbox intent, `Engine::open` resumes from the greatest of those, and a sync pass
+        // saves the clock when it prunes intents. One page fewer per commit (BENCHMARKS.md,
+        // issue 17 round three).
         let (changes, rows) = self.write(|tx| self.stage_all(tx, ops))?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
         Ok(rows)

@@ -47,10 +47,10 @@ pub fn configure(conn: &Connection) -> Result<(), StoreError> {
 /// On OPFS a sync-access-handle call has a fixed cost that dwarfs the bytes it moves, so
 /// 64 KiB pages once won there (a 10,000-row transaction: 40k rows/s with 4 KiB pages, 317k
 /// with 64 KiB). Since the write-coalescing shim ([`coalesce`]) sends a commit's frames down
-/// as one call, the bytes decide instead, and 4 KiB pages write a sixteenth of them per page:
-/// a single-row engine write's p50 / p99 1.0 / 3.2 ms instead of 2.4 / 20.4, a restore 24k
-/// events/s instead of 20k, IndexedDB single-row commits 3–4× faster (BENCHMARKS.md, issue 17
-/// round three).
+/// as one call, the bytes decide instead, and 4 KiB pages write a sixteenth of them per page.
+/// Together with `WAL_CHECKPOINT_BYTES` and no clock write per mutation: a single-row engine
+/// write's p50 / p99 1.0 / 3.2 ms instead of 2.4 / 20.4, a restore 24k events/s instead of
+/// 20k, IndexedDB single-row commits 3–4× faster (BENCHMARKS.md, issue 17 round three).
 pub const PAGE_SIZE: u32 = 4096;
 
 /// The WAL's size, in bytes, at which a commit checkpoints it into the database file. SQLite

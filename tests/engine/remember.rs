@@ -482,6 +482,32 @@ async fn a_restart_at_the_same_wall_time_resumes_the_clock_after_every_local_wri
 }
 
 #[tokio::test]
+async fn a_restart_resumes_the_clock_after_writes_whose_intents_were_acknowledged_and_whose_table_left_the_schema() {
+    let relay = TestRelay::start();
+    let path = db_file("resume-pruned");
+    let secret = phrase();
+    let with_notes = |schema| DeviceSpec { schema, ..spec(&secret, &[&relay.url], &path) };
+    let a = Device::open(with_notes(todo_schema(1, &["notes"])));
+    let mut last = String::new();
+    for body in ["one", "two", "three"] {
+        let row =
+            a.engine.upsert("notes", Json::object([("id", Json::from("n")), ("body", Json::from(body))])).unwrap();
+        last = row.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+    }
+    // The pass pushes (the relay acknowledges, the intents are pruned) but its pull fails, so no
+    // pulled page saves the clock either.
+    a.net.answer(|r| r.url.contains("/v1/events?"), 503, r#"{"error":"injected","message":"no pulls"}"#, None, None);
+    a.sync().await;
+    assert_eq!(a.count("_sync_outbox"), 0, "the intents were acknowledged and pruned");
+    drop(a);
+    // The app's next version no longer has `notes`; the wall clock has not moved.
+    let a = Device::open(with_notes(todo_schema(2, &[])));
+    let row = a.engine.insert("todos", todo("t", "after the restart")).unwrap();
+    let next = row.get("updatedAt").unwrap().as_str().unwrap();
+    assert!(next > last.as_str(), "{next} must sort after {last}");
+}
+
+#[tokio::test]
 async fn the_device_id_is_kept_across_restarts_and_stamps_every_event() {
     let relay = TestRelay::start();
     let path = db_file("device");
