@@ -60,6 +60,19 @@ pub enum Op {
     },
 }
 
+/// The statements of local writes (row + intent), taken once for a run of writes in one
+/// transaction (`rows::RowWriter`).
+pub(crate) struct LocalWriter<'c> {
+    rows: rows::RowWriter<'c>,
+    outbox: outbox::Enqueuer<'c>,
+}
+
+impl<'c> LocalWriter<'c> {
+    pub(crate) fn new(tx: &'c Connection) -> Result<LocalWriter<'c>, StoreError> {
+        Ok(LocalWriter { rows: rows::RowWriter::new(tx), outbox: outbox::Enqueuer::new(tx)? })
+    }
+}
+
 /// A row as the app sees it: `{id, updatedAt, deleted, …columns}`.
 pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
     let mut map: BTreeMap<JsonString, Json> = BTreeMap::new();
@@ -151,11 +164,11 @@ impl Engine {
         self.table(name)
     }
 
-    /// Writes one row version and its outbox intent inside `tx`, with a fresh HLC. Returns
+    /// Writes one row version and its outbox intent through `w`, with a fresh HLC. Returns
     /// `None` (nothing written) when `mode` declines (a live row under `InsertOrRevive`).
     pub(crate) fn write_local(
         &self,
-        tx: &Connection,
+        w: &mut LocalWriter<'_>,
         table: &Table,
         mut row: RowData,
         mode: WriteMode,
@@ -163,15 +176,15 @@ impl Engine {
         let now = self.now();
         row.updated_at = self.clock.borrow_mut().now(now).to_string();
         self.check_event_size(table, &row)?;
-        if !rows::write_row(tx, table, &row, mode)? {
+        if !w.rows.write(table, &row, mode)? {
             return Ok(None);
         }
         // The intent names the row version; sealing reads the row (no second copy is written).
-        outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, now)?;
+        w.outbox.enqueue(&row.updated_at, &table.name, &row.id, now)?;
         Ok(Some(row))
     }
 
-    fn stage(&self, tx: &Connection, op: &Op) -> Result<(RowChange, Json), EngineError> {
+    fn stage(&self, tx: &Connection, w: &mut LocalWriter<'_>, op: &Op) -> Result<(RowChange, Json), EngineError> {
         let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
@@ -203,7 +216,7 @@ impl Engine {
         };
         let id = row.id.clone();
         let written = self
-            .write_local(tx, table, row, mode)?
+            .write_local(w, table, row, mode)?
             .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
     }
@@ -212,8 +225,9 @@ impl Engine {
     fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Json>), EngineError> {
         let mut changes = Vec::with_capacity(ops.len());
         let mut rows = Vec::with_capacity(ops.len());
+        let mut w = LocalWriter::new(tx)?;
         for op in ops {
-            let (c, r) = self.stage(tx, op)?;
+            let (c, r) = self.stage(tx, &mut w, op)?;
             changes.push(c);
             rows.push(r);
         }

@@ -7,7 +7,7 @@
 //! device). Only sealed events are ever selected for a push, so plaintext never leaves the
 //! device. An event stays until every configured relay acknowledged it.
 
-use rusqlite::{params, Connection};
+use rusqlite::{params, CachedStatement, Connection};
 
 use super::StoreError;
 
@@ -28,12 +28,25 @@ pub struct Unsealed {
 
 /// Appends a pending intent. An event id already queued is left alone (returns false).
 pub fn enqueue(conn: &Connection, event_id: &str, table: &str, row_id: &str, now: u64) -> Result<bool, StoreError> {
-    let n = conn
-        .prepare_cached(
+    Enqueuer::new(conn)?.enqueue(event_id, table, row_id, now)
+}
+
+/// [`enqueue`] for a run of intents in one transaction, its statement taken once for the run
+/// (see `rows::RowWriter`).
+pub struct Enqueuer<'c>(CachedStatement<'c>);
+
+impl<'c> Enqueuer<'c> {
+    /// Takes the statement from `conn`'s cache.
+    pub fn new(conn: &'c Connection) -> Result<Enqueuer<'c>, StoreError> {
+        Ok(Enqueuer(conn.prepare_cached(
             "INSERT OR IGNORE INTO _sync_outbox (event_id, table_name, row_id, created_at) VALUES (?1, ?2, ?3, ?4)",
-        )?
-        .execute(params![event_id, table, row_id, now as i64])?;
-    Ok(n > 0)
+        )?))
+    }
+
+    /// Appends a pending intent. An event id already queued is left alone (returns false).
+    pub fn enqueue(&mut self, event_id: &str, table: &str, row_id: &str, now: u64) -> Result<bool, StoreError> {
+        Ok(self.0.execute(params![event_id, table, row_id, now as i64])? > 0)
+    }
 }
 
 /// Up to `limit` unsealed intents with seq greater than `after`, oldest first.

@@ -2,7 +2,7 @@
 //! columns. Values are already converted to SQLite values (see `engine::values`).
 
 use rusqlite::types::Value;
-use rusqlite::{Connection, OptionalExtension, Row};
+use rusqlite::{CachedStatement, Connection, OptionalExtension, Row};
 
 use super::schema::{quote, Table};
 use super::StoreError;
@@ -41,19 +41,47 @@ pub enum WriteMode {
 
 /// Writes a row; returns whether it was written.
 pub fn write_row(conn: &Connection, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
-    let sql = match mode {
-        WriteMode::Replace => &table.sql.upsert,
-        WriteMode::IfNewer => &table.sql.upsert_if_newer,
-        WriteMode::InsertOrRevive => &table.sql.insert_or_revive,
-    };
-    let mut stmt = conn.prepare_cached(sql)?;
-    stmt.raw_bind_parameter(1, &row.id)?;
-    stmt.raw_bind_parameter(2, &row.updated_at)?;
-    stmt.raw_bind_parameter(3, i64::from(row.deleted))?;
-    for (i, v) in row.values.iter().enumerate() {
-        stmt.raw_bind_parameter(4 + i, v)?;
+    RowWriter::new(conn).write(table, row, mode)
+}
+
+/// Writes rows for a run of writes in one transaction (a batch of mutations): each (table,
+/// mode) statement is taken from rusqlite's cache once for the run instead of once per row —
+/// a cache lookup hashes the SQL text twice, ~13% of a bulk mutation's CPU in wasm
+/// (BENCHMARKS.md, issue 17 round three).
+pub struct RowWriter<'c> {
+    conn: &'c Connection,
+    statements: Vec<(String, WriteMode, CachedStatement<'c>)>,
+}
+
+impl<'c> RowWriter<'c> {
+    /// A writer on `conn` with no statement taken yet.
+    pub fn new(conn: &'c Connection) -> RowWriter<'c> {
+        RowWriter { conn, statements: Vec::new() }
     }
-    Ok(stmt.raw_execute()? > 0)
+
+    /// Writes a row; returns whether it was written.
+    pub fn write(&mut self, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
+        let at = match self.statements.iter().position(|(t, m, _)| *m == mode && *t == table.name) {
+            Some(at) => at,
+            None => {
+                let sql = match mode {
+                    WriteMode::Replace => &table.sql.upsert,
+                    WriteMode::IfNewer => &table.sql.upsert_if_newer,
+                    WriteMode::InsertOrRevive => &table.sql.insert_or_revive,
+                };
+                self.statements.push((table.name.clone(), mode, self.conn.prepare_cached(sql)?));
+                self.statements.len() - 1
+            }
+        };
+        let stmt = &mut self.statements[at].2;
+        stmt.raw_bind_parameter(1, &row.id)?;
+        stmt.raw_bind_parameter(2, &row.updated_at)?;
+        stmt.raw_bind_parameter(3, i64::from(row.deleted))?;
+        for (i, v) in row.values.iter().enumerate() {
+            stmt.raw_bind_parameter(4 + i, v)?;
+        }
+        Ok(stmt.raw_execute()? > 0)
+    }
 }
 
 /// Reads one row by id (deleted or not).
