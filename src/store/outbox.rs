@@ -35,6 +35,12 @@ pub fn enqueue(conn: &Connection, event_id: &str, table: &str, row_id: &str, now
 /// (see `rows::RowWriter`).
 pub struct Enqueuer<'c>(CachedStatement<'c>);
 
+impl std::fmt::Debug for Enqueuer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Enqueuer")
+    }
+}
+
 impl<'c> Enqueuer<'c> {
     /// Takes the statement from `conn`'s cache.
     pub fn new(conn: &'c Connection) -> Result<Enqueuer<'c>, StoreError> {

@@ -53,6 +53,13 @@ pub struct RowWriter<'c> {
     statements: Vec<(String, WriteMode, CachedStatement<'c>)>,
 }
 
+impl std::fmt::Debug for RowWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let taken: Vec<(&str, WriteMode)> = self.statements.iter().map(|(t, m, _)| (t.as_str(), *m)).collect();
+        f.debug_struct("RowWriter").field("statements", &taken).finish()
+    }
+}
+
 impl<'c> RowWriter<'c> {
     /// A writer on `conn` with no statement taken yet.
     pub fn new(conn: &'c Connection) -> RowWriter<'c> {
