@@ -283,6 +283,14 @@ impl Engine {
         Ok(out)
     }
 
+    /// Deletes the intents every relay in `relays` acknowledged, and saves the clock in the
+    /// same transaction: mutations do not save it (their HLCs stay in rows and intents, which
+    /// `open` resumes from), and a pruned intent's row may be in a table a later schema drops.
+    fn prune_intents(&self, tx: &Connection, relays: &[String]) -> Result<(), EngineError> {
+        crate::store::outbox::prune(tx, relays)?;
+        self.persist_clock(tx)
+    }
+
     fn persist_clock(&self, conn: &Connection) -> Result<(), EngineError> {
         let (ms, counter) = self.clock.borrow().last();
         let hlc = Hlc { ms, counter, device_id: self.device_id.clone() };

@@ -238,8 +238,8 @@ impl Engine {
     /// Returns the rows as written.
     pub fn transaction(&self, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
         // The clock is not written here: every HLC a mutation issues lands in its row and its
-        // outbox intent, `Engine::open` resumes from the greatest of those, and a sync pass
-        // saves the clock when it prunes intents. One page fewer per commit (BENCHMARKS.md,
+        // outbox intent, `Engine::open` resumes from the greatest of those, and whatever prunes
+        // intents saves the clock (`prune_intents`). One page fewer per commit (BENCHMARKS.md,
         // issue 17 round three).
         let (changes, rows) = self.write(|tx| self.stage_all(tx, ops))?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));

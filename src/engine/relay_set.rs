@@ -77,7 +77,7 @@ impl Engine {
                     forget(tx, url)?;
                 }
                 let remaining: Vec<String> = set.clone();
-                outbox::prune(tx, &remaining)?;
+                self.prune_intents(tx, &remaining)?;
             }
             write_list(tx, "relays", &set)?;
             // What relays refused on their own gets another try each time the app starts.
@@ -139,7 +139,7 @@ impl Engine {
                 write_list(tx, "relays_removed", &removed)?;
             }
             forget(tx, url)?;
-            outbox::prune(tx, &set)?;
+            self.prune_intents(tx, &set)?;
             write_list(tx, "relays", &set)?;
             self.record_request(tx, &())
         })?;

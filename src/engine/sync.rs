@@ -335,11 +335,7 @@ impl Engine {
         }
         let (relays, now) = (self.relay_urls(), self.now());
         let remaining = self.write(|tx| {
-            outbox::prune(tx, &relays)?;
-            // Pruned intents take their HLCs out of the outbox, and a row's table may later
-            // leave the schema (then `Engine::open` no longer reads it): the clock is saved
-            // here, once per pass, so it resumes after them (mutations do not write it).
-            self.persist_clock(tx)?;
+            self.prune_intents(tx, &relays)?;
             inbox::cap_seen(tx)?;
             Ok(purged::release_acknowledged(tx, now)?)
         })?;

@@ -80,6 +80,8 @@ impl<'c> RowWriter<'c> {
                 self.statements.len() - 1
             }
         };
+        // A held statement keeps its bindings between rows: every row must bind every column.
+        debug_assert_eq!(row.values.len(), table.columns.len(), "a row of {} binds every column", table.name);
         let stmt = &mut self.statements[at].2;
         stmt.raw_bind_parameter(1, &row.id)?;
         stmt.raw_bind_parameter(2, &row.updated_at)?;

@@ -155,6 +155,32 @@ async fn a_transaction_commits_every_op_or_none() {
 }
 
 #[test]
+async fn rows_of_one_batch_keep_only_their_own_values() {
+    let d = device().await;
+    let row = |text: &str| parse_json(text).unwrap();
+    let ops = vec![
+        Op::Insert { table: "todos".into(), row: row(r#"{"id":"a","title":"first","position":7,"done":true}"#) },
+        Op::Insert { table: "todos".into(), row: row(r#"{"id":"b","title":"second"}"#) },
+        Op::Upsert { table: "todos".into(), row: row(r#"{"id":"a","title":"again"}"#) },
+        Op::Update { table: "todos".into(), id: "b".into(), patch: row(r#"{"position":3}"#) },
+        Op::Delete { table: "todos".into(), id: "b".into() },
+        Op::Insert { table: "todos".into(), row: row(r#"{"id":"c","title":"third"}"#) },
+    ];
+    assert_eq!(d.engine.transaction(&ops).unwrap().len(), 6);
+    let a = d.engine.get("todos", "a").unwrap().unwrap();
+    assert_eq!(a.get("title").unwrap().as_str(), Some("again"));
+    assert_eq!(a.get("position"), Some(&Json::Null), "an upsert's missing column is null, not the insert's 7");
+    assert!(d.engine.get("todos", "b").unwrap().is_none(), "b is deleted");
+    let b = d.engine.query("SELECT title, position, deleted FROM todos WHERE id = 'b'", &[]).unwrap();
+    assert_eq!(b[0].get("title").unwrap().as_str(), Some("second"));
+    assert_eq!(b[0].get("position").unwrap().as_f64(), Some(3.0));
+    assert_eq!(b[0].get("deleted").unwrap().as_f64(), Some(1.0));
+    let c = d.engine.get("todos", "c").unwrap().unwrap();
+    assert_eq!((c.get("position"), c.get("deleted")), (Some(&Json::Null), Some(&Json::Bool(false))), "nothing of b's");
+    assert_eq!(count_outbox(&d), 6.0);
+}
+
+#[test]
 async fn list_filters_orders_and_limits() {
     let d = device().await;
     for (id, title, pos, done) in [("a", "x", 3, false), ("b", "y", 1, true), ("c", "z", 2, false)] {
