@@ -462,6 +462,17 @@ async fn the_clock_survives_a_purge_and_a_restart_so_a_later_write_still_sorts_a
     assert!(!b.todos()[0].2);
 }
 
+/// The HLC (`updatedAt`) a write returned.
+fn hlc_of(row: &Json) -> String {
+    row.get("updatedAt").unwrap().as_str().unwrap().to_owned()
+}
+
+/// A write made after a restart sorts after `last`, the greatest HLC issued before it.
+fn assert_sorts_after(row: &Json, last: &str) {
+    let next = hlc_of(row);
+    assert!(next.as_str() > last, "{next} must sort after {last}");
+}
+
 #[tokio::test]
 async fn a_restart_at_the_same_wall_time_resumes_the_clock_after_every_local_write() {
     let path = db_file("resume");
@@ -470,15 +481,12 @@ async fn a_restart_at_the_same_wall_time_resumes_the_clock_after_every_local_wri
     a.engine.insert("todos", todo("x", "one")).unwrap();
     let mut last = String::new();
     for title in ["two", "three", "four"] {
-        let row = a.engine.update("todos", "x", Json::object([("title", Json::from(title))])).unwrap();
-        last = row.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+        last = hlc_of(&a.engine.update("todos", "x", Json::object([("title", Json::from(title))])).unwrap());
     }
     drop(a);
     // The wall clock has not moved: only what the database holds tells the clock how far it got.
     let a = on_file(&secret, &[], &path);
-    let row = a.engine.insert("todos", todo("y", "after the restart")).unwrap();
-    let next = row.get("updatedAt").unwrap().as_str().unwrap();
-    assert!(next > last.as_str(), "{next} must sort after {last}");
+    assert_sorts_after(&a.engine.insert("todos", todo("y", "after the restart")).unwrap(), &last);
 }
 
 #[tokio::test]
@@ -490,9 +498,9 @@ async fn a_restart_resumes_the_clock_after_writes_whose_intents_were_acknowledge
     let a = Device::open(with_notes(todo_schema(1, &["notes"])));
     let mut last = String::new();
     for body in ["one", "two", "three"] {
-        let row =
-            a.engine.upsert("notes", Json::object([("id", Json::from("n")), ("body", Json::from(body))])).unwrap();
-        last = row.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+        last = hlc_of(
+            &a.engine.upsert("notes", Json::object([("id", Json::from("n")), ("body", Json::from(body))])).unwrap(),
+        );
     }
     // The pass pushes (the relay acknowledges, the intents are pruned) but its pull fails, so no
     // pulled page saves the clock either.
@@ -502,9 +510,7 @@ async fn a_restart_resumes_the_clock_after_writes_whose_intents_were_acknowledge
     drop(a);
     // The app's next version no longer has `notes`; the wall clock has not moved.
     let a = Device::open(with_notes(todo_schema(2, &[])));
-    let row = a.engine.insert("todos", todo("t", "after the restart")).unwrap();
-    let next = row.get("updatedAt").unwrap().as_str().unwrap();
-    assert!(next > last.as_str(), "{next} must sort after {last}");
+    assert_sorts_after(&a.engine.insert("todos", todo("t", "after the restart")).unwrap(), &last);
 }
 
 #[tokio::test]
