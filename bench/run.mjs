@@ -183,6 +183,17 @@ if (r.localWrite) {
   // The engine's row + intent written by hand (same tables and indexes): the pages' cost.
   const handMean = r.localWrite.map((x) => mean(x.byHand));
   row('local write, mean of 200 commits: the engine\'s row + intent by hand (no engine code), ms', spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
+  // Per commit, what the OPFS VFS did (--only writes counts it): write calls, KiB, ms inside
+  // the writes and the flushes — the rest of a commit's mean is CPU (SQLite and engine code).
+  const io = r.localWrite.map((x) => x.io).filter((x) => x && x.raw && x.engine);
+  if (io.length) {
+    const per = (k) => {
+      const w = io.map((x) => x[k]);
+      const med = (f) => median(w.map(f));
+      return `${fmt(med((v) => v.calls / 200), 2)} · ${fmt(med((v) => v.bytes / 200 / 1024), 1)} · ${fmt(med((v) => v.ms / 200), 3)} · ${fmt(med((v) => v.flushes / 200), 2)} · ${fmt(med((v) => v.flushMs / 200), 3)}`;
+    };
+    row('local write, per commit on OPFS: write calls · KiB written · ms in writes · flushes · ms in flushes (raw / by hand / engine)', `${per('raw')} / ${per('byHand')} / ${per('engine')}`, 'median of runs');
+  }
   const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
   const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
   const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);

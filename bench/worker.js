@@ -29,7 +29,17 @@ async function webcryptoThroughput(size, minMs, inFlight) {
 function countOpfsWrites() {
   const proto = FileSystemSyncAccessHandle.prototype;
   const write = proto.write;
-  let n = { calls: 0, small: 0, bytes: 0, ms: 0 };
+  const flush = proto.flush;
+  let n = { calls: 0, small: 0, bytes: 0, ms: 0, flushes: 0, flushMs: 0 };
+  proto.flush = function () {
+    const t0 = performance.now();
+    try {
+      return flush.call(this);
+    } finally {
+      n.flushMs += performance.now() - t0;
+      n.flushes++;
+    }
+  };
   proto.write = function (buffer, options) {
     const t0 = performance.now();
     try {
@@ -41,7 +51,7 @@ function countOpfsWrites() {
       if (buffer.byteLength < 512) n.small++;
     }
   };
-  return { take: () => [n, (n = { calls: 0, small: 0, bytes: 0, ms: 0 })][0] };
+  return { take: () => [n, (n = { calls: 0, small: 0, bytes: 0, ms: 0, flushes: 0, flushMs: 0 })][0] };
 }
 
 async function repeat(runs, fn) {
@@ -104,6 +114,8 @@ self.onmessage = async ({ data }) => {
     }
     if (data.only === 'writes') {
       // Only the write paths: single-row commits and the 10,000-row transaction, OPFS then IndexedDB.
+      // The OPFS single-row runs also count the VFS's writes and flushes per phase.
+      self.__opfsWrites = countOpfsWrites();
       results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
       results.bulk = await repeat(runs, () => bench.benchBulk(10000));
       results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));

@@ -1,5 +1,4 @@
-//! The SQLite store's write path: WAL checkpoints happen off the push path, and concurrent
-//! pushes share one commit while each is answered as if it ran alone.
+//! The SQLite store's write path: WAL checkpoints happen off the push path.
 
 mod common;
 

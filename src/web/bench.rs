@@ -105,6 +105,24 @@ fn todo(i: u32) -> Json {
     ])
 }
 
+/// What the bench worker counted of OPFS writes and flushes since the last call: `null` when it
+/// does not count (only `--only writes` does), zeros on the IndexedDB storage (no OPFS files).
+fn opfs_io() -> serde_json::Value {
+    let counter = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("__opfsWrites")).unwrap_or(JsValue::NULL);
+    if counter.is_undefined() || counter.is_null() {
+        return serde_json::Value::Null;
+    }
+    let take = js_sys::Reflect::get(&counter, &JsValue::from_str("take"))
+        .ok()
+        .and_then(|f| f.dyn_into::<js_sys::Function>().ok());
+    let Some(taken) = take.and_then(|f| f.call0(&counter).ok()) else { return serde_json::Value::Null };
+    js_sys::JSON::stringify(&taken)
+        .ok()
+        .and_then(|s| s.as_string())
+        .and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or(serde_json::Value::Null)
+}
+
 /// The floors' table (a todo's columns without the engine's) and its bare INSERT.
 const RAW_TABLE: &str = "CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)";
 const RAW_INSERT: &str = "INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)";
@@ -116,6 +134,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
     let storage = Storage::from_js(&pages)?;
     let (raw, raw_name) = storage.open("raw-single").await?;
     raw.execute_batch(RAW_TABLE).map_err(js_err)?;
+    opfs_io();
     let mut raw_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t0 = now();
@@ -125,6 +144,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         storage.durable(&raw_name).await?;
         raw_ms.push(now() - t0);
     }
+    let raw_io = opfs_io();
     // The engine's writes by hand: the row and an outbox-shaped intent in one transaction,
     // the same tables and indexes as the engine's, without its code (what the pages cost).
     let (by_hand, hand_name) = storage.open("hand-single").await?;
@@ -134,6 +154,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
              CREATE TABLE o (seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, table_name TEXT NOT NULL, row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER);",
         )
         .map_err(js_err)?;
+    opfs_io();
     let mut hand_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t0 = now();
@@ -154,7 +175,9 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         storage.durable(&hand_name).await?;
         hand_ms.push(now() - t0);
     }
+    let hand_io = opfs_io();
     let (e, name) = storage.engine(KEY, vec![], "engine-single").await?;
+    opfs_io();
     let mut engine_ms = Vec::with_capacity(n as usize);
     for i in 0..n {
         let t0 = now();
@@ -162,7 +185,11 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         storage.durable(&name).await?;
         engine_ms.push(now() - t0);
     }
-    Ok(serde_to_js(&serde_json::json!({ "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms })))
+    let engine_io = opfs_io();
+    Ok(serde_to_js(&serde_json::json!({
+        "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms,
+        "io": { "raw": raw_io, "byHand": hand_io, "engine": engine_io },
+    })))
 }
 
 /// `n` rows in one transaction: bare prepared INSERTs vs engine mutations. Durations in ms.
