@@ -125,6 +125,21 @@ pub const fn base64url_len(n: usize) -> usize {
     (n * 4).div_ceil(3)
 }
 
+/// The length of `s` as a JSON string written by serde_json (quotes included): `"` and `\`
+/// and the control characters U+0000–U+001F are escaped — `\b \t \n \f \r` in two
+/// characters, the others as `\u00XX` — and nothing else. Counted without allocating: every
+/// local mutation checks its event's size with it (BENCHMARKS.md, issue 17 round four).
+pub fn json_text_len(s: &str) -> usize {
+    s.bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | 0x09 | 0x0a | 0x0c | 0x0d => 2,
+            0x00..=0x1f => 6,
+            _ => 1,
+        })
+        .sum::<usize>()
+        + 2
+}
+
 /// The exact length of an envelope's JSON as the engine and relays store it (fields in the
 /// order `version, ownerId, eventId, deviceId, createdAt, streamId?, nonce, ciphertext`) for a
 /// plaintext of `plaintext_len` bytes — what a relay compares with `MAX_EVENT_BYTES`. Header
@@ -137,7 +152,7 @@ pub fn sealed_len(
     stream_id: Option<&str>,
     plaintext_len: usize,
 ) -> usize {
-    let text = |s: &str| serde_json::to_string(s).map_or(s.len() + 2, |t| t.len());
+    let text = json_text_len;
     const FIXED: usize =
         r#"{"version":1,"ownerId":,"eventId":,"deviceId":,"createdAt":,"nonce":"","ciphertext":""}"#.len();
     FIXED

@@ -101,9 +101,10 @@ impl Engine {
     /// says it might be near the limit), or `ROW_TOO_LARGE`.
     pub(crate) fn check_event_size(&self, table: &Table, row: &RowData) -> Result<(), EngineError> {
         let limit = self.options.max_event_bytes;
-        let owner = self.owner_id();
+        let keys = self.keys.borrow();
+        let owner = keys.identity.owner_id();
         let size_for = |plaintext: usize| {
-            sealed_len(&owner, &row.updated_at, &self.device_id, CREATED_AT_SAMPLE, Some(STREAM_ID_SAMPLE), plaintext)
+            sealed_len(owner, &row.updated_at, &self.device_id, CREATED_AT_SAMPLE, Some(STREAM_ID_SAMPLE), plaintext)
         };
         if size_for(payload_len_bound(table, row)) <= limit {
             return Ok(());

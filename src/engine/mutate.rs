@@ -135,16 +135,24 @@ fn apply_columns(table: &Table, row: &Json, base: &mut [Value]) -> Result<(), En
         });
     };
     for (k, v) in map {
-        let key = k.to_string_lossy();
-        if SYSTEM_COLUMNS.contains(&key.as_str()) {
+        // Borrowed, not copied, unless the key holds a lone surrogate (then no column matches).
+        let lossy;
+        let key = match k.as_str() {
+            Some(key) => key,
+            None => {
+                lossy = k.to_string_lossy();
+                lossy.as_str()
+            }
+        };
+        if SYSTEM_COLUMNS.contains(&key) {
             continue; // rows read back from the engine carry them; they are the engine's to set
         }
         let idx = table
             .columns
             .iter()
             .position(|c| c.name == key)
-            .ok_or_else(|| EngineError::UnknownColumn { table: table.name.clone(), column: key.clone() })?;
-        base[idx] = to_sql(&table.name, &key, table.columns[idx].column_type, v)?;
+            .ok_or_else(|| EngineError::UnknownColumn { table: table.name.clone(), column: key.to_owned() })?;
+        base[idx] = to_sql(&table.name, key, table.columns[idx].column_type, v)?;
     }
     Ok(())
 }
@@ -174,7 +182,7 @@ impl Engine {
         mode: WriteMode,
     ) -> Result<Option<RowData>, EngineError> {
         let now = self.now();
-        row.updated_at = self.clock.borrow_mut().now(now).to_string();
+        row.updated_at = self.clock.borrow_mut().now(now).to_text();
         self.check_event_size(table, &row)?;
         if !w.rows.write(table, &row, mode)? {
             return Ok(None);

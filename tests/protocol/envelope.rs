@@ -105,6 +105,16 @@ fn the_envelope_serializes_with_spec_field_names_and_omits_a_missing_stream_id()
 }
 
 #[test]
+fn a_header_field_counts_its_json_escapes_as_serde_json_writes_them() {
+    use simplysync::protocol::envelope::json_text_len;
+    for c in (0u8..0x80).map(char::from).chain(['é', '€', '😀', '\u{7f}', '\u{2028}']) {
+        let s = format!("a{c}{c}b");
+        assert_eq!(json_text_len(&s), serde_json::to_string(&s).unwrap().len(), "{s:?}");
+    }
+    assert_eq!(json_text_len(""), 2);
+}
+
+#[test]
 fn the_stored_size_formula_matches_the_serialized_envelope_for_every_plaintext_length() {
     let id = alice();
     for (len, stream) in [(0usize, None), (1, Some("AAAAAAAAAAAAAAAAAAAAAA")), (2, None), (3, Some("x")), (1000, None)]
