@@ -67,7 +67,7 @@ impl Engine {
         }
         let row = RowData { id: m.blob_id.clone(), updated_at: String::new(), deleted: false, values };
         let mut w = super::mutate::LocalWriter::new(tx)?;
-        self.write_local(&mut w, table, row, crate::store::rows::WriteMode::Replace)?;
+        self.write_local(&mut w, table, row, crate::store::rows::WriteMode::Replace, self.now())?;
         Ok(())
     }
 

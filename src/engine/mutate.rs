@@ -172,16 +172,18 @@ impl Engine {
         self.table(name)
     }
 
-    /// Writes one row version and its outbox intent through `w`, with a fresh HLC. Returns
-    /// `None` (nothing written) when `mode` declines (a live row under `InsertOrRevive`).
+    /// Writes one row version and its outbox intent through `w`, with a fresh HLC issued at
+    /// wall time `now` (one reading per batch: in the browser each is a call out of the wasm
+    /// module). Returns `None` (nothing written) when `mode` declines (a live row under
+    /// `InsertOrRevive`).
     pub(crate) fn write_local(
         &self,
         w: &mut LocalWriter<'_>,
         table: &Table,
         mut row: RowData,
         mode: WriteMode,
+        now: u64,
     ) -> Result<Option<RowData>, EngineError> {
-        let now = self.now();
         row.updated_at = self.clock.borrow_mut().now(now).to_text();
         self.check_event_size(table, &row)?;
         if !w.rows.write(table, &row, mode)? {
@@ -192,7 +194,13 @@ impl Engine {
         Ok(Some(row))
     }
 
-    fn stage(&self, tx: &Connection, w: &mut LocalWriter<'_>, op: &Op) -> Result<(RowChange, Json), EngineError> {
+    fn stage(
+        &self,
+        tx: &Connection,
+        w: &mut LocalWriter<'_>,
+        op: &Op,
+        now: u64,
+    ) -> Result<(RowChange, Json), EngineError> {
         let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
@@ -224,7 +232,7 @@ impl Engine {
         };
         let id = row.id.clone();
         let written = self
-            .write_local(w, table, row, mode)?
+            .write_local(w, table, row, mode, now)?
             .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
     }
@@ -234,8 +242,9 @@ impl Engine {
         let mut changes = Vec::with_capacity(ops.len());
         let mut rows = Vec::with_capacity(ops.len());
         let mut w = LocalWriter::new(tx)?;
+        let now = self.now();
         for op in ops {
-            let (c, r) = self.stage(tx, &mut w, op)?;
+            let (c, r) = self.stage(tx, &mut w, op, now)?;
             changes.push(c);
             rows.push(r);
         }
