@@ -163,15 +163,14 @@ pub fn sealed_len(
     stream_id: Option<&str>,
     plaintext_len: usize,
 ) -> usize {
-    let text = json_text_len;
     const FIXED: usize =
         r#"{"version":1,"ownerId":,"eventId":,"deviceId":,"createdAt":,"nonce":"","ciphertext":""}"#.len();
     FIXED
-        + text(owner_id)
-        + text(event_id)
-        + text(device_id)
-        + text(created_at)
-        + stream_id.map_or(0, |s| r#","streamId":"#.len() + text(s))
+        + json_text_len(owner_id)
+        + json_text_len(event_id)
+        + json_text_len(device_id)
+        + json_text_len(created_at)
+        + stream_id.map_or(0, |s| r#","streamId":"#.len() + json_text_len(s))
         + base64url_len(NONCE_LEN)
         + base64url_len(plaintext_len + TAG_LEN)
 }

@@ -109,6 +109,7 @@ impl PartialOrd for Hlc {
 
 /// `v` in decimal with at least `width` digits (zero-padded), like `format!("{v:0width$}")`.
 fn zero_padded(buf: &mut [u8; 20], v: u64, width: usize) -> &str {
+    debug_assert!(width <= buf.len(), "a u64 has at most 20 digits");
     let mut start = buf.len();
     let mut rest = v;
     loop {
@@ -131,7 +132,7 @@ impl Hlc {
     /// right size (`to_string` grows its buffer several times; every local write makes one).
     pub fn to_text(&self) -> String {
         let mut s = String::with_capacity(15 + 1 + 6 + 1 + self.device_id.len());
-        let _ = fmt::Write::write_fmt(&mut s, format_args!("{self}"));
+        fmt::Write::write_fmt(&mut s, format_args!("{self}")).expect("a String takes any text");
         s
     }
 }

@@ -173,7 +173,7 @@ impl Engine {
     }
 
     /// Writes one row version and its outbox intent through `w`, with a fresh HLC issued at
-    /// wall time `now` (one reading per batch: in the browser each is a call out of the wasm
+    /// wall time `wall_ms` (one reading per batch: in the browser each is a call out of the wasm
     /// module). Returns `None` (nothing written) when `mode` declines (a live row under
     /// `InsertOrRevive`).
     pub(crate) fn write_local(
@@ -182,15 +182,15 @@ impl Engine {
         table: &Table,
         mut row: RowData,
         mode: WriteMode,
-        now: u64,
+        wall_ms: u64,
     ) -> Result<Option<RowData>, EngineError> {
-        row.updated_at = self.clock.borrow_mut().now(now).to_text();
+        row.updated_at = self.clock.borrow_mut().now(wall_ms).to_text();
         self.check_event_size(table, &row)?;
         if !w.rows.write(table, &row, mode)? {
             return Ok(None);
         }
         // The intent names the row version; sealing reads the row (no second copy is written).
-        w.outbox.enqueue(&row.updated_at, &table.name, &row.id, now)?;
+        w.outbox.enqueue(&row.updated_at, &table.name, &row.id, wall_ms)?;
         Ok(Some(row))
     }
 
@@ -199,7 +199,7 @@ impl Engine {
         tx: &Connection,
         w: &mut LocalWriter<'_>,
         op: &Op,
-        now: u64,
+        wall_ms: u64,
     ) -> Result<(RowChange, Json), EngineError> {
         let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
@@ -232,7 +232,7 @@ impl Engine {
         };
         let id = row.id.clone();
         let written = self
-            .write_local(w, table, row, mode, now)?
+            .write_local(w, table, row, mode, wall_ms)?
             .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
     }
@@ -242,9 +242,9 @@ impl Engine {
         let mut changes = Vec::with_capacity(ops.len());
         let mut rows = Vec::with_capacity(ops.len());
         let mut w = LocalWriter::new(tx)?;
-        let now = self.now();
+        let wall_ms = self.now();
         for op in ops {
-            let (c, r) = self.stage(tx, &mut w, op, now)?;
+            let (c, r) = self.stage(tx, &mut w, op, wall_ms)?;
             changes.push(c);
             rows.push(r);
         }

@@ -107,7 +107,7 @@ fn the_envelope_serializes_with_spec_field_names_and_omits_a_missing_stream_id()
 #[test]
 fn a_header_field_counts_its_json_escapes_as_serde_json_writes_them() {
     use simplysync::protocol::envelope::json_text_len;
-    for c in (0u8..0x80).map(char::from).chain(['é', '€', '😀', '\u{7f}', '\u{2028}']) {
+    for c in (0u8..0x80).map(char::from).chain(['é', '€', '😀', '\u{2028}']) {
         let s = format!("a{c}{c}b");
         assert_eq!(json_text_len(&s), serde_json::to_string(&s).unwrap().len(), "{s:?}");
     }

@@ -15,8 +15,7 @@ fn the_string_form_is_fixed_width_and_round_trips() {
 
 #[test]
 fn the_string_form_pads_like_the_format_macro_and_never_truncates_a_larger_field() {
-    let mut values = vec![0u64, 1, 9, 10, 99_999, 999_999, 1_000_000, T0, 999_999_999_999_999, 1_000_000_000_000_000];
-    values.extend([u64::MAX / 3, u64::MAX]);
+    let values = [0u64, 1, 9, 10, 99_999, 999_999, 1_000_000, T0, 999_999_999_999_999, 1_000_000_000_000_000, u64::MAX];
     for ms in values {
         for counter in [0u32, 7, 10, 99_999, HLC_MAX_COUNTER, 1_000_000, u32::MAX] {
             let h = Hlc { ms, counter, device_id: "d-_9".into() };
