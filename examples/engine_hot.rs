@@ -1,6 +1,7 @@
 //! Profiling aid: bulk mutations, sealing and a restore through an in-process relay, natively,
 //! with timings. `cargo run --release --example engine_hot -- [ROWS] [bulk]` (run it under `perf`;
-//! `bulk` stops after the bulk transaction, for `perf stat -e instructions:u` of that phase).
+//! `bulk` stops after the bulk transaction, for exact instruction counts of that phase with
+//! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`).
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
