@@ -66,6 +66,23 @@ pub enum Outcome {
     Quarantined,
 }
 
+/// What a run of received events (one pulled page, one retry of held events) shares inside
+/// its transaction: the row writer and the seen set, each statement taken from the cache once
+/// for the run instead of once per event (a cache lookup hashes the SQL text).
+#[derive(Debug)]
+pub(crate) struct ApplyRun<'c> {
+    tx: &'c Connection,
+    rows: rows::RowWriter<'c>,
+    seen: inbox::SeenSet<'c>,
+}
+
+impl<'c> ApplyRun<'c> {
+    /// A run inside `tx`.
+    pub(crate) fn new(tx: &'c Connection) -> Result<ApplyRun<'c>, EngineError> {
+        Ok(ApplyRun { tx, rows: rows::RowWriter::new(tx), seen: inbox::SeenSet::new(tx)? })
+    }
+}
+
 enum Verdict {
     Defer(&'static str, String, Option<i64>),
     Quarantine(&'static str, String),
@@ -125,18 +142,23 @@ impl Engine {
         Ok((payload, row))
     }
 
-    /// Processes one envelope inside `tx`. `held` is set when it comes from the deferred set or
-    /// the quarantine (then "already handled" does not apply to it).
+    /// Processes one envelope inside the run's transaction. `held` is set when it comes from the
+    /// deferred set or the quarantine (then "already handled" does not apply to it).
+    ///
+    /// A new event is claimed in the seen set first — the spec's "skip what was seen" and its
+    /// final "record it as seen" in one write — and gives the claim back when it is deferred or
+    /// quarantined instead; a held one is recorded as seen once it is handled.
     pub(crate) fn process(
         &self,
-        tx: &Connection,
+        run: &mut ApplyRun<'_>,
         identity: &Identity,
         relay: &str,
         env: &SyncEnvelope,
         held: bool,
         now: u64,
     ) -> Result<Outcome, EngineError> {
-        if !held && inbox::already_handled(tx, &env.event_id)? {
+        let tx = run.tx;
+        if !held && !run.seen.claim(&env.event_id)? {
             return Ok(Outcome::Duplicate);
         }
         let hold = |reason: &str, detail: String, at: Option<i64>| HeldEvent {
@@ -152,10 +174,16 @@ impl Engine {
         self.decrypt_ms.set(self.decrypt_ms.get() + (self.wall.precise_ms() - t0));
         match verdict {
             Err(Verdict::Defer(reason, detail, retry)) => {
+                if !held {
+                    run.seen.release(&env.event_id)?;
+                }
                 inbox::defer(tx, &hold(reason, detail, retry), now)?;
                 Ok(Outcome::Deferred)
             }
             Err(Verdict::Quarantine(reason, detail)) => {
+                if !held {
+                    run.seen.release(&env.event_id)?;
+                }
                 let mut held = hold(reason, detail, None);
                 // An envelope larger than any relay may store never applies: keep its start only,
                 // so a hostile relay cannot fill the database through the quarantine.
@@ -181,15 +209,19 @@ impl Engine {
                 if self.purge_records.get() {
                     if let Some(at) = purged::purged_at(tx, &payload.table, &payload.row_id)? {
                         if env.event_id.as_str() <= at.as_str() {
-                            inbox::mark_seen(tx, &env.event_id)?;
+                            if held {
+                                run.seen.mark(&env.event_id)?;
+                            }
                             return Ok(Outcome::Stale);
                         }
                         purged::revived(tx, &payload.table, &payload.row_id)?;
                     }
                 }
                 let table = self.schema.table(&payload.table).expect("classified");
-                let written = rows::write_row(tx, table, &row, rows::WriteMode::IfNewer)?;
-                inbox::mark_seen(tx, &env.event_id)?;
+                let written = run.rows.write(table, &row, rows::WriteMode::IfNewer)?;
+                if held {
+                    run.seen.mark(&env.event_id)?;
+                }
                 Ok(if written {
                     Outcome::Applied(RowChange { table: payload.table, id: payload.row_id })
                 } else {
@@ -211,12 +243,13 @@ impl Engine {
         let identity = self.identity();
         let changes = self.write(|tx| {
             let mut changes = Vec::new();
+            let mut run = ApplyRun::new(tx)?;
             for held in &due {
                 let Ok(env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else {
                     inbox::undefer(tx, &held.event_id)?;
                     continue;
                 };
-                match self.process(tx, &identity, &held.relay, &env, true, now)? {
+                match self.process(&mut run, &identity, &held.relay, &env, true, now)? {
                     Outcome::Applied(c) => {
                         inbox::undefer(tx, &held.event_id)?;
                         changes.push(c);
@@ -241,10 +274,11 @@ impl Engine {
         let now = self.now();
         let (released, changes) = self.write(|tx| {
             let (mut released, mut changes) = (0, Vec::new());
+            let mut run = ApplyRun::new(tx)?;
             for h in &held {
                 let Ok(env) = serde_json::from_str::<SyncEnvelope>(&h.envelope_json) else { continue };
                 // Process as if new: a fresh quarantine entry replaces the old one.
-                match self.process(tx, &identity, &h.relay, &env, true, now)? {
+                match self.process(&mut run, &identity, &h.relay, &env, true, now)? {
                     Outcome::Applied(c) => {
                         inbox::release(tx, &h.relay, &h.event_id)?;
                         changes.push(c);

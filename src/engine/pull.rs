@@ -16,7 +16,7 @@ use std::task::Poll;
 
 use serde::Deserialize;
 
-use super::apply::{quarantine_reason, Outcome};
+use super::apply::{quarantine_reason, ApplyRun, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
 use super::io::LocalFuture;
 use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
@@ -213,9 +213,10 @@ impl Engine {
             self.decrypt_ms.set(0.0);
             let (changes, stats) = self.write(|tx| {
                 let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
+                let mut run = ApplyRun::new(tx)?;
                 for raw in &page.events {
                     let outcome = match serde_json::from_str::<SyncEnvelope>(raw.get()) {
-                        Ok(env) => self.process(tx, &identity, url, &env, false, now)?,
+                        Ok(env) => self.process(&mut run, &identity, url, &env, false, now)?,
                         Err(e) => {
                             let text = raw.get();
                             let kept: String = text.chars().take(MAX_MALFORMED_KEPT).collect();

@@ -2,7 +2,7 @@
 //! ids), deferred events (authenticated but not appliable yet) and the quarantine (events that
 //! can never be applied as they are, kept for inspection).
 
-use rusqlite::{params, Connection, OptionalExtension};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use super::StoreError;
 
@@ -31,6 +31,56 @@ pub fn already_handled(conn: &Connection, event_id: &str) -> Result<bool, StoreE
 pub fn mark_seen(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
     conn.prepare_cached("INSERT OR IGNORE INTO _sync_seen (event_id) VALUES (?1)")?.execute([event_id])?;
     Ok(())
+}
+
+/// The seen-set statements a run of received events (one pulled page, one retry) shares,
+/// taken from the statement cache once for the run.
+pub struct SeenSet<'c> {
+    conn: &'c Connection,
+    claim: CachedStatement<'c>,
+    mark: CachedStatement<'c>,
+}
+
+impl std::fmt::Debug for SeenSet<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SeenSet").finish_non_exhaustive()
+    }
+}
+
+impl<'c> SeenSet<'c> {
+    /// The statements, on `conn` (inside the run's transaction).
+    pub fn new(conn: &'c Connection) -> Result<SeenSet<'c>, StoreError> {
+        Ok(SeenSet {
+            conn,
+            claim: conn.prepare_cached(
+                "INSERT OR IGNORE INTO _sync_seen (event_id)
+                 SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM _sync_deferred WHERE event_id = ?1)",
+            )?,
+            mark: conn.prepare_cached("INSERT OR IGNORE INTO _sync_seen (event_id) VALUES (?1)")?,
+        })
+    }
+
+    /// Claims a received event for processing: records it as seen unless it was applied, or
+    /// is deferred, already — then answers false. One b-tree write where a lookup first and an
+    /// insert after the apply were two descents of the seen set (BENCHMARKS.md, issue 17 round
+    /// five). A claimed event that is then deferred or quarantined gives its claim back
+    /// ([`Self::release`]); an error rolls the whole run back, claims included.
+    pub fn claim(&mut self, event_id: &str) -> Result<bool, StoreError> {
+        Ok(self.claim.execute([event_id])? == 1)
+    }
+
+    /// Records an event as processed (one that was not claimed: taken back from the deferred
+    /// set or the quarantine).
+    pub fn mark(&mut self, event_id: &str) -> Result<(), StoreError> {
+        self.mark.execute([event_id])?;
+        Ok(())
+    }
+
+    /// Gives a claim back: the event was deferred or quarantined, not handled.
+    pub fn release(&self, event_id: &str) -> Result<(), StoreError> {
+        self.conn.prepare_cached("DELETE FROM _sync_seen WHERE event_id = ?1")?.execute([event_id])?;
+        Ok(())
+    }
 }
 
 /// Trims the seen set to [`SEEN_CAP`], keeping the greatest ids.

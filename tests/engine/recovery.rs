@@ -61,6 +61,59 @@ async fn tampered_ciphertext_and_rebound_headers_are_quarantined_and_never_appli
     }
 }
 
+fn seen_ids(d: &Device) -> Vec<String> {
+    let rows = d.engine.query("SELECT event_id FROM _sync_seen ORDER BY event_id", &[]).unwrap();
+    rows.iter().map(|r| r.get("event_id").unwrap().as_str().unwrap().to_owned()).collect()
+}
+
+#[tokio::test]
+async fn a_forged_copy_quarantined_from_one_relay_does_not_block_the_genuine_copy_from_another() {
+    let (evil, honest) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let a = Device::new(&secret, &[&evil.url]);
+    a.engine.insert("todos", todo("x", "genuine")).unwrap();
+    a.sync().await;
+    // The same event (a backfill keeps the row's HLC as its id) on a second relay.
+    a.engine.add_relay(&honest.url).unwrap();
+    a.sync().await;
+
+    let b = Device::new(&secret, &[&evil.url]);
+    *b.net.rewrite.borrow_mut() = Some(tamper(|e| e.device_id = "evil".into()));
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].quarantined), (0, 1));
+    assert!(seen_ids(&b).is_empty(), "a quarantined event is not recorded as seen");
+    *b.net.rewrite.borrow_mut() = None;
+    b.engine.add_relay(&honest.url).unwrap();
+    b.sync().await;
+    assert_eq!(b.todos().len(), 1, "the genuine copy applies");
+    assert_eq!(seen_ids(&b).len(), 1);
+}
+
+#[tokio::test]
+async fn an_event_deferred_from_one_relay_is_a_duplicate_when_another_relay_sends_it_and_seen_once_applied() {
+    let (one, two) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let ahead = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![one.url.clone(), two.url.clone()],
+        schema: todo_schema(1, &[]),
+        db_path: None,
+        clock_ms: T0 + 60 * 60 * 1000, // an hour ahead
+    });
+    ahead.engine.insert("todos", todo("f", "from the future")).unwrap();
+    ahead.sync().await;
+    let b = Device::new(&secret, &[&one.url, &two.url]);
+    let r = b.sync().await;
+    let deferred: Vec<u64> = r.relays.iter().map(|x| x.deferred).collect();
+    assert_eq!(deferred.iter().sum::<u64>(), 1, "deferred once, the other copy is a duplicate: {deferred:?}");
+    assert_eq!(b.engine.deferred().unwrap().len(), 1);
+    assert!(seen_ids(&b).is_empty(), "a deferred event is not recorded as seen");
+    b.clock.set(T0 + 56 * 60 * 1000);
+    let r = b.sync().await;
+    assert_eq!(r.deferred_applied, 1);
+    assert_eq!(seen_ids(&b).len(), 1, "applied from the deferred set, it is recorded as seen");
+}
+
 #[tokio::test]
 async fn an_event_from_a_far_future_clock_is_deferred_then_applied_when_time_catches_up() {
     let relay = TestRelay::start();
