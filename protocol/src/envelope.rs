@@ -101,7 +101,17 @@ pub fn header_aad(
     stream_id: Option<&str>,
 ) -> String {
     // Keys in canonical (sorted) order: createdAt, deviceId, eventId, ownerId, streamId, version.
-    let mut out = String::with_capacity(160);
+    // Sized for the fields' text without escapes (a fixed 160 was regrown for most real
+    // headers; only a field with characters to escape regrows it now), the version written
+    // without the formatting machinery.
+    let len = r#"{"createdAt":"","deviceId":"","eventId":"","ownerId":"","version":}"#.len()
+        + created_at.len()
+        + device_id.len()
+        + event_id.len()
+        + owner_id.len()
+        + stream_id.map_or(0, |s| r#","streamId":"""#.len() + s.len())
+        + 10;
+    let mut out = String::with_capacity(len);
     out.push_str("{\"createdAt\":");
     write_str_literal(created_at, &mut out);
     out.push_str(",\"deviceId\":");
@@ -115,7 +125,18 @@ pub fn header_aad(
         write_str_literal(s, &mut out);
     }
     out.push_str(",\"version\":");
-    out.push_str(&version.to_string());
+    let mut digits = [0u8; 10];
+    let mut at = digits.len();
+    let mut v = version;
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
     out.push('}');
     out
 }

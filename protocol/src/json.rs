@@ -48,6 +48,12 @@ impl JsonString {
         JsonString(bytes)
     }
 
+    /// The string as a `String` without copying it, or itself back if it contains a lone
+    /// surrogate.
+    pub fn into_string(self) -> Result<String, JsonString> {
+        String::from_utf8(self.0).map_err(|e| JsonString(e.into_bytes()))
+    }
+
     /// The UTF-16 code units of the string, as JavaScript sees them.
     pub fn code_units(&self) -> CodeUnits<'_> {
         CodeUnits { bytes: &self.0, pending_low: None }

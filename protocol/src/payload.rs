@@ -132,8 +132,10 @@ impl SyncPayload {
             Some(Json::Object(map)) => map
                 .into_iter()
                 .map(|(k, val)| {
-                    let key = k.as_str().ok_or_else(|| field_err("row", "a column name contains a lone surrogate"))?;
-                    Ok((key.to_owned(), val))
+                    // The parsed key's bytes become the `String`: no copy per column.
+                    let key =
+                        k.into_string().map_err(|_| field_err("row", "a column name contains a lone surrogate"))?;
+                    Ok((key, val))
                 })
                 .collect::<Result<BTreeMap<_, _>, PayloadError>>()?,
             Some(other) => return Err(field_err("row", format!("expected an object, got {}", other.type_name()))),

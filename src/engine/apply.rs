@@ -104,7 +104,7 @@ impl Engine {
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
         let head = PayloadHead::read(&json)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
-        if head.hlc.to_string() != env.event_id {
+        if head.hlc.to_text() != env.event_id {
             return Err(Verdict::Quarantine(
                 quarantine_reason::EVENT_ID_MISMATCH,
                 format!("eventId {} but payload hlc {}", env.event_id, head.hlc),

@@ -139,3 +139,44 @@ fn the_stored_size_formula_matches_the_serialized_envelope_for_every_plaintext_l
         assert_eq!(serde_json::to_string(&env).unwrap().len(), expected, "plaintext of {len} bytes");
     }
 }
+
+#[test]
+fn the_aad_is_the_canonical_json_of_the_header_for_any_version_and_field_text() {
+    use simplysync::protocol::canonical::to_canonical_json;
+    use simplysync::protocol::envelope::header_aad;
+    use simplysync::protocol::Json;
+    for version in [0u32, 1, 9, 10, 99, 12_345, u32::MAX] {
+        for stream in [None, Some("s\"\\\u{1}é")] {
+            let (owner, event, device, created) = ("o\n", "e\u{7f}😀", "d\"", "c\\");
+            let mut fields = vec![
+                ("version", Json::from(version)),
+                ("ownerId", Json::from(owner)),
+                ("eventId", Json::from(event)),
+                ("deviceId", Json::from(device)),
+                ("createdAt", Json::from(created)),
+            ];
+            if let Some(s) = stream {
+                fields.push(("streamId", Json::from(s)));
+            }
+            assert_eq!(
+                header_aad(version, owner, event, device, created, stream),
+                to_canonical_json(&Json::object(fields)),
+                "version {version}, stream {stream:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_payload_keeps_its_column_names_and_refuses_one_with_a_lone_surrogate() {
+    use simplysync::protocol::SyncPayload;
+    let text = |key: &str| {
+        format!(
+            r#"{{"schemaVersion":1,"table":"todos","rowId":"r1","hlc":"001764504000000-000000-dev1","deleted":false,"row":{{"{key}":1,"b":2}}}}"#
+        )
+    };
+    let p = SyncPayload::from_json(&parse_json(&text("é😀")).unwrap()).unwrap();
+    assert_eq!(p.row.keys().collect::<Vec<_>>(), ["b", "é😀"]);
+    let err = SyncPayload::from_json(&parse_json(&text("a\\ud800")).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("lone surrogate"), "{err}");
+}
