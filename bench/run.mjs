@@ -240,10 +240,12 @@ if (r.restore) {
       `${fmt(w.calls)} (${fmt(w.small)}) · ${fmt(w.bytes / 1e6, 1)} · ${fmt(w.ms)}`, `${fmt((w.ms / ms) * 100)}% of the run`);
   };
   writes('restore', r.restoreWrites, total);
+  row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
   if (r.rawLoad) writes('the floor', r.rawLoadWrites, r.rawLoad[Math.floor(r.rawLoad.length / 2)].ms);
   if (r.restoreIdb) {
     const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);
     row(`IndexedDB storage: restore ${fmt(r.restoreIdb[0].events)} events + flush, events/s`, spread(rateI), `vs OPFS ×${fmt(median(rateI) / median(rate), 2)}`);
+    row('IndexedDB storage: closing the engine afterwards, ms', spread(r.restoreIdb.map((x) => x.closeMs)));
   }
   if (r.syncLatency) row('sync latency, write on A → on B, sync() on both, ms (p50 / p90)', `${fmt(median(r.syncLatency), 1)} / ${fmt(pct(r.syncLatency, 90), 1)}`, `${r.syncLatency.length} samples`);
   if (r.pollLatency) row('sync latency with default polling (5 s) on B, ms', spread(r.pollLatency), `${r.pollLatency.length} samples`);
