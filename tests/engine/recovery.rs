@@ -90,7 +90,7 @@ async fn a_forged_copy_quarantined_from_one_relay_does_not_block_the_genuine_cop
 }
 
 #[tokio::test]
-async fn an_event_deferred_from_one_relay_is_a_duplicate_when_another_relay_sends_it_and_seen_once_applied() {
+async fn an_event_deferred_from_one_relay_is_a_duplicate_when_another_relay_sends_it_and_is_seen_once_applied() {
     let (one, two) = (TestRelay::start(), TestRelay::start());
     let secret = phrase();
     let ahead = Device::open(DeviceSpec {

@@ -16,3 +16,4 @@ mod envelope;
 mod hlc;
 mod identity;
 mod locked_vectors;
+mod payload;
