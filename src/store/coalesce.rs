@@ -1,4 +1,5 @@
-//! A VFS shim that sends SQLite's consecutive writes down as one write.
+//! A VFS shim that sends SQLite's consecutive writes down as one write (and reads a checkpoint's
+//! WAL frames in chunks).
 //!
 //! SQLite writes each WAL frame as two calls — its 24-byte header, then its page right after
 //! it — and the frames of one commit one after another; a rollback journal record is three
@@ -17,6 +18,9 @@
 //! WAL's frame checksums detect on recovery. A write that fails stays held and fails every
 //! later call until it goes down.
 //!
+//! While SQLite checkpoints a WAL it reads the WAL one frame per call; the shim serves those
+//! reads from a few large ones (`coalesce/checkpoint_reads.rs`).
+//!
 //! Everything else is the underlying VFS's own: its methods, its app data, its files.
 //!
 //! A VFS is SQLite's C interface, so this module is `unsafe` code: every pointer it follows is
@@ -31,6 +35,9 @@ use std::sync::Mutex;
 use rusqlite::ffi;
 
 use super::StoreError;
+
+mod checkpoint_reads;
+pub use checkpoint_reads::{read_counts, ReadCounts};
 
 /// The cap for OPFS sync access handles (no limit of their own): a commit of up to ~15 frames
 /// of 64 KiB goes down as one write.
@@ -53,6 +60,10 @@ struct Held {
     bytes: Vec<u8>,
     /// Whether `bytes` holds a write waiting to go down.
     pending: bool,
+    /// Whether the file is a WAL (its checkpoints read it in chunks: `checkpoint_reads`).
+    wal: bool,
+    /// The WAL chunks read during the current checkpoint.
+    chunks: checkpoint_reads::Chunks,
 }
 
 /// How many writes the shims were given and how many they sent down (tests, benchmarks).
@@ -188,6 +199,8 @@ unsafe extern "C" fn shim_open(
         offset: 0,
         bytes: Vec::new(),
         pending: false,
+        wal: flags & ffi::SQLITE_OPEN_WAL != 0,
+        chunks: checkpoint_reads::Chunks::default(),
     })));
     (*file).pMethods = methods_for((*real).pMethods);
     ffi::SQLITE_OK
@@ -239,6 +252,7 @@ unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, a
     let Ok(len) = usize::try_from(amt) else { return ffi::SQLITE_IOERR_WRITE };
     let data = std::slice::from_raw_parts(buf.cast::<u8>(), len);
     let (real, m, held) = parts(file);
+    held.chunks.clear();
     let Some(write) = m.xWrite else { return ffi::SQLITE_IOERR_WRITE };
     if held.pending && held.offset + held.bytes.len() as i64 == offset && held.bytes.len() + len <= held.cap {
         held.bytes.extend_from_slice(data);
@@ -276,10 +290,23 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
 }
 
 unsafe extern "C" fn x_read(file: *mut ffi::sqlite3_file, buf: *mut c_void, amt: c_int, offset: i64) -> c_int {
-    after_held!(file, xRead, buf, amt, offset)
+    checkpoint_reads::count(|c| c.received += 1);
+    let rc = send_held(file);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    let (real, m, held) = parts(file);
+    if held.wal {
+        if let Some(rc) = held.chunks.read(real, m, buf, amt, offset) {
+            return rc;
+        }
+    }
+    checkpoint_reads::count(|c| c.sent += 1);
+    m.xRead.map_or(ffi::SQLITE_IOERR, |read| read(real, buf, amt, offset))
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: i64) -> c_int {
+    parts(file).2.chunks.clear();
     after_held!(file, xTruncate, size)
 }
 
@@ -303,7 +330,16 @@ unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *m
     after_held!(file, xCheckReservedLock, out)
 }
 
+/// SQLite's hints around a checkpoint's copying (`sqlite3.h`; stable since 3.32).
+const FCNTL_CKPT_DONE: c_int = 37;
+const FCNTL_CKPT_START: c_int = 39;
+
 unsafe extern "C" fn x_file_control(file: *mut ffi::sqlite3_file, op: c_int, arg: *mut c_void) -> c_int {
+    match op {
+        FCNTL_CKPT_START => checkpoint_reads::started(),
+        FCNTL_CKPT_DONE => checkpoint_reads::done(),
+        _ => {}
+    }
     after_held!(file, xFileControl, op, arg)
 }
 
@@ -410,6 +446,88 @@ mod tests {
         assert_eq!(n, 2000);
         let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
         assert_eq!(ok, "ok");
+    }
+
+    /// Writes `rounds` commits of rows in scattered order, so the WAL's order is not page order.
+    fn scatter(conn: &Connection, version: &str, rounds: i64) {
+        for round in 0..rounds {
+            let tx = conn.unchecked_transaction().unwrap();
+            for i in 0..200i64 {
+                let id = (i * 7919 + round * 104_729) % 4001;
+                tx.execute(
+                    "INSERT INTO t (id, body) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET body = ?2",
+                    (id, format!("{version} {id} {}", "x".repeat(300))),
+                )
+                .unwrap();
+            }
+            tx.commit().unwrap();
+        }
+    }
+
+    fn checkpoint(conn: &Connection, mode: &str) -> ReadCounts {
+        let before = read_counts();
+        let busy: i64 = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |r| r.get(0)).unwrap();
+        assert_eq!(busy, 0, "the checkpoint ran to completion");
+        let after = read_counts();
+        ReadCounts { received: after.received - before.received, sent: after.sent - before.sent }
+    }
+
+    fn versions(path: &std::path::Path) -> (i64, i64, String) {
+        let conn = open(path, "unix");
+        let rows: i64 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+        let v2: i64 = conn.query_row("SELECT count(*) FROM t WHERE body LIKE 'v2 %'", [], |r| r.get(0)).unwrap();
+        let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+        (rows, v2, ok)
+    }
+
+    #[test]
+    fn a_checkpoint_reads_the_wal_in_chunks_and_copies_every_page_as_last_written() {
+        install("unix", "coalesce-test-ckpt", UNIX_CAP).unwrap();
+        let path = temp_db("ckpt");
+        {
+            let conn = open(&path, "coalesce-test-ckpt");
+            conn.execute_batch(
+                "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;
+                 CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
+            )
+            .unwrap();
+            scatter(&conn, "v1", 20);
+            let reads = checkpoint(&conn, "TRUNCATE");
+            assert!(reads.received >= 150, "the checkpoint read {} frames", reads.received);
+            assert!(reads.sent * 10 <= reads.received, "{} frame reads went down as {}", reads.received, reads.sent);
+            // The WAL starts over at the same offsets: nothing of the first checkpoint's chunks
+            // may be copied by the second.
+            scatter(&conn, "v2", 20);
+            conn.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+            checkpoint(&conn, "TRUNCATE");
+        }
+        let (rows, v2, ok) = versions(&path);
+        assert_eq!((v2, ok.as_str()), (rows, "ok"), "every row's last version is in the database file");
+    }
+
+    #[test]
+    fn a_checkpoint_never_copies_wal_bytes_read_before_another_connection_rewrote_them() {
+        install("unix", "coalesce-test-ckpt-two", UNIX_CAP).unwrap();
+        let path = temp_db("ckpt-two");
+        {
+            let a = open(&path, "coalesce-test-ckpt-two");
+            a.execute_batch(
+                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
+            )
+            .unwrap();
+            let b = open(&path, "coalesce-test-ckpt-two");
+            b.execute_batch("PRAGMA wal_autocheckpoint = 0;").unwrap();
+            scatter(&a, "v1", 20);
+            // A passive checkpoint leaves the WAL in place: A's WAL handle keeps what it read.
+            assert!(checkpoint(&a, "PASSIVE").sent > 0);
+            // B restarts the WAL through its own handle and writes new frames where the old were.
+            scatter(&b, "v2", 20);
+            b.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+            checkpoint(&a, "PASSIVE");
+            checkpoint(&b, "TRUNCATE");
+        }
+        let (rows, v2, ok) = versions(&path);
+        assert_eq!((v2, ok.as_str()), (rows, "ok"), "the database file holds B's writes, not A's stale chunks");
     }
 
     #[test]
