@@ -531,6 +531,39 @@ mod tests {
     }
 
     #[test]
+    fn a_connection_moved_to_another_thread_never_reuses_the_chunks_of_its_last_checkpoint() {
+        install("unix", "coalesce-test-ckpt-threads", UNIX_CAP).unwrap();
+        let path = temp_db("ckpt-threads");
+        let a = open(&path, "coalesce-test-ckpt-threads");
+        a.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
+        )
+        .unwrap();
+        let b = open(&path, "coalesce-test-ckpt-threads");
+        b.execute_batch("PRAGMA wal_autocheckpoint = 0;").unwrap();
+        // The first checkpoint of a fresh thread each time: numbers kept per thread would match.
+        let a = std::thread::spawn(move || {
+            scatter(&a, "v1", 20);
+            assert!(checkpoint(&a, "PASSIVE").sent > 0);
+            a
+        })
+        .join()
+        .unwrap();
+        scatter(&b, "v2", 20);
+        b.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+        let a = std::thread::spawn(move || {
+            checkpoint(&a, "PASSIVE");
+            a
+        })
+        .join()
+        .unwrap();
+        checkpoint(&b, "TRUNCATE");
+        drop((a, b));
+        let (rows, v2, ok) = versions(&path);
+        assert_eq!((v2, ok.as_str()), (rows, "ok"), "the database file holds B's writes, not A's stale chunks");
+    }
+
+    #[test]
     fn a_rollback_journal_through_the_shim_still_undoes_a_transaction() {
         install("unix", "coalesce-test-journal", UNIX_CAP).unwrap();
         let path = temp_db("journal");

@@ -17,6 +17,7 @@
 
 use std::cell::Cell;
 use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rusqlite::ffi;
 
@@ -25,10 +26,13 @@ pub(super) const CHUNK: usize = 256 << 10;
 /// Chunks kept per WAL (4 MiB).
 pub(super) const CHUNKS: usize = 16;
 
+/// The last checkpoint number given out, process-wide: a connection (and its WAL handle's
+/// chunks) may move between threads, so a number must never repeat on another thread either.
+static LAST: AtomicU64 = AtomicU64::new(0);
+
 thread_local! {
-    /// The running checkpoint's number on this thread, if one runs; numbers never repeat.
+    /// The number of the checkpoint running on this thread, if one runs.
     static RUNNING: Cell<Option<u64>> = const { Cell::new(None) };
-    static LAST: Cell<u64> = const { Cell::new(0) };
     static COUNTS: Cell<ReadCounts> = const { Cell::new(ReadCounts { received: 0, sent: 0 }) };
 }
 
@@ -56,10 +60,7 @@ pub(super) fn count(f: impl FnOnce(&mut ReadCounts)) {
 
 /// A checkpoint begins (`SQLITE_FCNTL_CKPT_START`).
 pub(super) fn started() {
-    let n = LAST.with(|l| {
-        l.set(l.get() + 1);
-        l.get()
-    });
+    let n = LAST.fetch_add(1, Ordering::Relaxed) + 1;
     RUNNING.with(|r| r.set(Some(n)));
 }
 
@@ -126,6 +127,11 @@ impl Chunks {
                     let want = (self.size - start).min(CHUNK as i64) as usize;
                     let mut data = if self.chunks.len() >= CHUNKS { self.chunks.pop().map(|(_, d)| d) } else { None }
                         .unwrap_or_default();
+                    // Out of memory is a normal read instead, never an abort.
+                    if data.try_reserve_exact(want.saturating_sub(data.len())).is_err() {
+                        self.clear();
+                        return None;
+                    }
                     data.resize(want, 0);
                     count(|c| c.sent += 1);
                     if read(real, data.as_mut_ptr().cast(), want as c_int, start) != ffi::SQLITE_OK {
