@@ -125,18 +125,7 @@ pub fn header_aad(
         write_str_literal(s, &mut out);
     }
     out.push_str(",\"version\":");
-    let mut digits = [0u8; 10];
-    let mut at = digits.len();
-    let mut v = version;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    out.push_str(std::str::from_utf8(&digits[at..]).expect("ASCII digits"));
+    out.push_str(crate::hlc::zero_padded(&mut [0u8; 20], u64::from(version), 1));
     out.push('}');
     out
 }

@@ -108,7 +108,7 @@ impl PartialOrd for Hlc {
 }
 
 /// `v` in decimal with at least `width` digits (zero-padded), like `format!("{v:0width$}")`.
-fn zero_padded(buf: &mut [u8; 20], v: u64, width: usize) -> &str {
+pub(crate) fn zero_padded(buf: &mut [u8; 20], v: u64, width: usize) -> &str {
     debug_assert!(width <= buf.len(), "a u64 has at most 20 digits");
     let mut start = buf.len();
     let mut rest = v;

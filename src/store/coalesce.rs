@@ -497,50 +497,52 @@ mod tests {
             assert!(reads.sent * 10 <= reads.received, "{} frame reads went down as {}", reads.received, reads.sent);
             // The WAL starts over at the same offsets: nothing of the first checkpoint's chunks
             // may be copied by the second.
-            scatter(&conn, "v2", 20);
-            conn.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+            rewrite_all(&conn);
             checkpoint(&conn, "TRUNCATE");
         }
         let (rows, v2, ok) = versions(&path);
         assert_eq!((v2, ok.as_str()), (rows, "ok"), "every row's last version is in the database file");
     }
 
+    /// Two connections on one new WAL database through shim `vfs`, without automatic
+    /// checkpoints: the first creates the table.
+    fn two_connections(vfs: &str, tag: &str) -> (std::path::PathBuf, Connection, Connection) {
+        install("unix", vfs, UNIX_CAP).unwrap();
+        let path = temp_db(tag);
+        let a = open(&path, vfs);
+        a.execute_batch(
+            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
+        )
+        .unwrap();
+        let b = open(&path, vfs);
+        b.execute_batch("PRAGMA wal_autocheckpoint = 0;").unwrap();
+        (path, a, b)
+    }
+
+    /// Writes version 2 of every row through `conn`.
+    fn rewrite_all(conn: &Connection) {
+        scatter(conn, "v2", 20);
+        conn.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+    }
+
     #[test]
     fn a_checkpoint_never_copies_wal_bytes_read_before_another_connection_rewrote_them() {
-        install("unix", "coalesce-test-ckpt-two", UNIX_CAP).unwrap();
-        let path = temp_db("ckpt-two");
-        {
-            let a = open(&path, "coalesce-test-ckpt-two");
-            a.execute_batch(
-                "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
-            )
-            .unwrap();
-            let b = open(&path, "coalesce-test-ckpt-two");
-            b.execute_batch("PRAGMA wal_autocheckpoint = 0;").unwrap();
-            scatter(&a, "v1", 20);
-            // A passive checkpoint leaves the WAL in place: A's WAL handle keeps what it read.
-            assert!(checkpoint(&a, "PASSIVE").sent > 0);
-            // B restarts the WAL through its own handle and writes new frames where the old were.
-            scatter(&b, "v2", 20);
-            b.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
-            checkpoint(&a, "PASSIVE");
-            checkpoint(&b, "TRUNCATE");
-        }
+        let (path, a, b) = two_connections("coalesce-test-ckpt-two", "ckpt-two");
+        scatter(&a, "v1", 20);
+        // A passive checkpoint leaves the WAL in place: A's WAL handle keeps what it read.
+        assert!(checkpoint(&a, "PASSIVE").sent > 0);
+        // B restarts the WAL through its own handle and writes new frames where the old were.
+        rewrite_all(&b);
+        checkpoint(&a, "PASSIVE");
+        checkpoint(&b, "TRUNCATE");
+        drop((a, b));
         let (rows, v2, ok) = versions(&path);
         assert_eq!((v2, ok.as_str()), (rows, "ok"), "the database file holds B's writes, not A's stale chunks");
     }
 
     #[test]
     fn a_connection_moved_to_another_thread_never_reuses_the_chunks_of_its_last_checkpoint() {
-        install("unix", "coalesce-test-ckpt-threads", UNIX_CAP).unwrap();
-        let path = temp_db("ckpt-threads");
-        let a = open(&path, "coalesce-test-ckpt-threads");
-        a.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0; CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT);",
-        )
-        .unwrap();
-        let b = open(&path, "coalesce-test-ckpt-threads");
-        b.execute_batch("PRAGMA wal_autocheckpoint = 0;").unwrap();
+        let (path, a, b) = two_connections("coalesce-test-ckpt-threads", "ckpt-threads");
         // The first checkpoint of a fresh thread each time: numbers kept per thread would match.
         let a = std::thread::spawn(move || {
             scatter(&a, "v1", 20);
@@ -549,8 +551,7 @@ mod tests {
         })
         .join()
         .unwrap();
-        scatter(&b, "v2", 20);
-        b.execute("UPDATE t SET body = 'v2 ' || id WHERE body NOT LIKE 'v2 %'", []).unwrap();
+        rewrite_all(&b);
         let a = std::thread::spawn(move || {
             checkpoint(&a, "PASSIVE");
             a
