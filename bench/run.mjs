@@ -199,6 +199,8 @@ if (r.localWrite) {
   const sealRate = r.bulk.map((x) => (x.sealed / x.sealMs) * 1000);
   row('bulk: 10,000 bare INSERTs in one transaction, rows/s', spread(rawRate), 'the floor');
   row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
+  const apiRate = r.bulk.map((x) => (10000 / x.apiMs) * 1000);
+  row('bulk: the same through the package\'s path (JS ops in, request id, JS rows out), rows/s', spread(apiRate), `ratio api/raw ${fmt(median(apiRate.map((e, i) => e / rawRate[i])), 2)}`);
   row('seal (encrypt pending intents), events/s', spread(sealRate));
   if (r.localWriteIdb) {
     const rawI = r.localWriteIdb.map((x) => median(x.raw));
@@ -209,6 +211,7 @@ if (r.localWrite) {
     const engRateI = r.bulkIdb.map((x) => (10000 / x.engineMs) * 1000);
     row('IndexedDB storage: bulk 10,000 bare INSERTs + flush, rows/s', spread(rawRateI));
     row('IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(engRateI), `vs OPFS ×${fmt(median(engRateI) / median(engRate), 2)}`);
+    row('IndexedDB storage: bulk through the package\'s path + flush, rows/s', spread(r.bulkIdb.map((x) => (10000 / x.apiMs) * 1000)));
   }
 }
 for (const [size, a] of Object.entries(r.aes ?? {})) {

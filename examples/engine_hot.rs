@@ -1,6 +1,7 @@
 //! Profiling aid: bulk mutations, sealing and a restore through an in-process relay, natively,
 //! with timings. `cargo run --release --example engine_hot -- [ROWS] [bulk]` (run it under `perf`;
-//! `bulk` stops after the bulk transaction, for exact instruction counts of that phase with
+//! `bulk` (or `bulk-once`: with a request id, as the package calls it) stops after the bulk
+//! transaction, for exact instruction counts of that phase with
 //! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`).
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -85,10 +86,16 @@ mod native {
                 ]),
             })
             .collect();
+        let mode = std::env::args().nth(2);
         let t = Instant::now();
-        a.transaction(&ops).unwrap();
+        if mode.as_deref() == Some("bulk-once") {
+            // The package's path: every call from a tab carries a request id (at most once).
+            a.transaction_once("bench-request", &ops).unwrap();
+        } else {
+            a.transaction(&ops).unwrap();
+        }
         let bulk = t.elapsed();
-        if std::env::args().nth(2).as_deref() == Some("bulk") {
+        if mode.as_deref().is_some_and(|m| m.starts_with("bulk")) {
             println!("bulk    {:>10.0} rows/s", n as f64 / bulk.as_secs_f64());
             return;
         }

@@ -12,9 +12,10 @@ use js_sys::{Array, Function, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{serde_to_js, to_js, to_json};
+use super::convert::{serde_to_js, to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
+use super::writes::{self, arg_json, bad_arg};
 use crate::engine::driver::{AfterPass, MAX_PASSES};
 use crate::engine::schema::SchemaDef;
 use crate::engine::{
@@ -162,19 +163,11 @@ fn err(e: EngineError) -> JsValue {
     engine_error(&e)
 }
 
-fn bad_arg(msg: String) -> JsValue {
-    js_error("INVALID_ARGUMENT", &msg)
-}
-
 fn no_secret(db_name: &str) -> JsValue {
     js_error(
         "NO_SECRET",
         &format!("database {db_name:?} holds no secret on this device: pass options.secret (a recovery phrase)"),
     )
-}
-
-fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
-    to_json(v, name).map_err(bad_arg)
 }
 
 /// True for an OPFS error meaning another worker (a closing tab) still holds the database's
@@ -445,28 +438,9 @@ impl WebEngine {
     /// Applies `[{op: "insert"|"update"|"upsert"|"delete", table, row?, id?, patch?}]` atomically.
     /// With a `requestId`, at most once: a repeated id returns the first call's rows.
     pub fn transaction(&self, ops: JsValue, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let Json::Array(items) = arg_json(&ops, "ops")? else { return Err(bad_arg("ops must be an array".into())) };
-        let mut parsed = Vec::with_capacity(items.len());
-        for (i, item) in items.into_iter().enumerate() {
-            let field = |k: &str| item.get(k).and_then(|v| v.as_str()).map(str::to_owned);
-            let need = |k: &str| field(k).ok_or_else(|| bad_arg(format!("ops[{i}].{k} must be a string")));
-            let value = |k: &str| item.get(k).cloned().ok_or_else(|| bad_arg(format!("ops[{i}].{k} is missing")));
-            let table = need("table")?;
-            parsed.push(match field("op").as_deref() {
-                Some("insert") => Op::Insert { table, row: value("row")? },
-                Some("upsert") => Op::Upsert { table, row: value("row")? },
-                Some("update") => Op::Update { table, id: need("id")?, patch: value("patch")? },
-                Some("delete") => Op::Delete { table, id: need("id")? },
-                other => return Err(bad_arg(format!("ops[{i}].op {other:?}: use insert, update, upsert or delete"))),
-            });
-        }
-        let rows = match request_id {
-            Some(id) => self.engine()?.transaction_once(&id, &parsed),
-            None => self.engine()?.transaction(&parsed),
-        }
-        .map_err(err)?;
+        let rows = writes::transaction(&*self.engine()?, &ops, request_id.as_deref())?;
         self.after_write();
-        Ok(rows.iter().map(to_js).collect::<Array>().into())
+        Ok(rows)
     }
 
     /// A live row or `null`.

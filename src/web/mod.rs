@@ -12,3 +12,4 @@ mod errors;
 pub mod io;
 mod panic;
 mod protocol_api;
+mod writes;
