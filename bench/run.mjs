@@ -33,8 +33,10 @@ if (!process.argv.includes('--skip-build')) {
   sh('cargo', ['build', '--release', '--locked', '-p', 'simplysync-relay']);
   sh('cargo', ['build', '--release', '--locked', '--example', 'bench_seed']);
 }
-// The IndexedDB page store the package ships, for the IndexedDB runs.
+// The IndexedDB page store the package ships, for the IndexedDB runs…
 copyFileSync(path.join(root, 'js/idb-pages.js'), path.join(here, 'pkg/idb-pages.js'));
+// …and the worker's plain-data JSON, for the package's write path.
+copyFileSync(path.join(root, 'js/plain-json.js'), path.join(here, 'pkg/plain-json.js'));
 
 // A release relay on a fresh database.
 const dbDir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-relay-'));

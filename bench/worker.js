@@ -2,6 +2,7 @@
 // samples back. Each measurement is repeated `runs` times after one discarded warm-up run.
 import init, * as bench from './pkg/simplysync.js';
 import { pageStore } from './pkg/idb-pages.js';
+import { plainJson } from './pkg/plain-json.js';
 
 const log = (text) => self.postMessage({ log: text });
 
@@ -81,7 +82,7 @@ self.onmessage = async ({ data }) => {
       log('local writes, IndexedDB');
       results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
       log('bulk writes, IndexedDB');
-      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
+      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
       log('restore, IndexedDB');
       results.restoreIdb = [];
       for (let i = 0; i < Math.min(runs, 3); i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
@@ -117,21 +118,21 @@ self.onmessage = async ({ data }) => {
       // The OPFS single-row runs also count the VFS's writes and flushes per phase.
       self.__opfsWrites = countOpfsWrites();
       results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
-      results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+      results.bulk = await repeat(runs, () => bench.benchBulk(10000, undefined, plainJson));
       results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
-      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
+      results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
       self.postMessage({ results });
       return;
     }
     log('local writes');
     results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200));
     log('bulk writes');
-    results.bulk = await repeat(runs, () => bench.benchBulk(10000));
+    results.bulk = await repeat(runs, () => bench.benchBulk(10000, undefined, plainJson));
     // The same on the IndexedDB storage (the fallback where OPFS sync access handles are missing).
     log('local writes, IndexedDB');
     results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore()));
     log('bulk writes, IndexedDB');
-    results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore()));
+    results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
     log('aes');
     results.aes = {};
     for (const size of [1024, 262144]) {

@@ -6,6 +6,7 @@
 import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
 import { custodyFor, forget, markStored } from './custody.js';
 import { drop as dropPages, pageStore, poison } from './idb-pages.js';
+import { plainJson } from './plain-json.js';
 
 const ready = init();
 let engine = null;
@@ -90,7 +91,9 @@ async function run(method, args, requestId) {
   if (method in MUTATING) {
     const padded = args.slice(0, MUTATING[method]);
     while (padded.length < MUTATING[method]) padded.push(undefined);
-    const value = await engine[method](...padded, requestId ?? undefined);
+    const value = method === 'transaction'
+      ? engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]))
+      : await engine[method](...padded, requestId ?? undefined);
     if (method === 'rekey' || method === 'confirmRekey') post({ event: 'owner', data: engine.ownerId });
     return value;
   }

@@ -7,6 +7,7 @@ use js_sys::{Array, Reflect, Uint8Array};
 use simplysync::protocol::base64url;
 use simplysync::protocol::entropy::{random_bytes, OsEntropy};
 use simplysync::web::engine::WebEngine;
+use wasm_bindgen::prelude::wasm_bindgen;
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 use wasm_bindgen_test::{wasm_bindgen_test, wasm_bindgen_test_configure};
@@ -243,4 +244,66 @@ async fn auto_sync_on_syncs_after_a_write_without_being_asked() {
         }
     }
     panic!("the write did not reach the other engine by itself");
+}
+
+#[wasm_bindgen(module = "/js/plain-json.js")]
+extern "C" {
+    #[wasm_bindgen(js_name = plainJson)]
+    fn plain_json(v: &JsValue) -> JsValue;
+}
+
+/// `[{op: "insert", table: "todos", row}]` with awkward data: a paired and (in JSON) a lone surrogate,
+/// escapes, numbers that print in exponent form, nesting, and a key whose value is undefined.
+fn awkward_insert(id: &str) -> JsValue {
+    let row = js(&format!(
+        r#"{{"id": "{id}", "title": "pair \ud83d\ude00, \"quoted\"\n\u0001", "done": true,
+            "meta": {{"big": 1e21, "small": 5e-7, "third": 0.1, "neg": -12, "z": 1, "a": [null, "\udfff", {{"k": [1, 2]}}]}}}}"#
+    ));
+    Reflect::set(&row, &"image".into(), &JsValue::UNDEFINED).unwrap();
+    let op = js(r#"{"op": "insert", "table": "todos"}"#);
+    Reflect::set(&op, &"row".into(), &row).unwrap();
+    Array::of1(&op).into()
+}
+
+/// A row's JSON text without its id and HLC (which differ between the two writes).
+fn data_of(row: &JsValue) -> String {
+    for k in ["id", "updatedAt"] {
+        Reflect::delete_property(row.unchecked_ref::<js_sys::Object>(), &k.into()).unwrap();
+    }
+    js_sys::JSON::stringify(row).unwrap().as_string().unwrap()
+}
+
+#[wasm_bindgen_test]
+async fn ops_sent_as_json_text_write_exactly_what_the_same_ops_as_values_write() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("ops-text"), &[], false)).await.unwrap();
+    let text = plain_json(&awkward_insert("t")).as_string().expect("plain data has a JSON text");
+    let by_text = Array::from(&e.transaction(awkward_insert("t"), None, Some(text)).unwrap()).get(0);
+    let by_values = Array::from(&e.transaction(awkward_insert("v"), None, None).unwrap()).get(0);
+    assert_eq!(get(&by_text, "id"), "t");
+    let answer = data_of(&by_text);
+    assert!(answer.contains(r#""\udfff""#) && answer.contains("1e+21"), "{answer}");
+    assert_eq!(answer, data_of(&by_values), "the answers");
+    let stored = |id: &str| data_of(&e.get("todos".into(), id.into()).unwrap());
+    assert_eq!(stored("t"), stored("v"), "the stored rows");
+    assert_eq!(stored("t"), answer, "the answer is the stored row");
+}
+
+#[wasm_bindgen_test]
+async fn ops_text_the_parser_refuses_falls_back_to_the_values_and_their_error() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("ops-deep"), &[], false)).await.unwrap();
+    let deep = format!(
+        r#"[{{"op": "insert", "table": "todos", "row": {{"id": "d", "meta": {}1{}}}}}]"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let ops = js(&deep);
+    assert!(plain_json(&ops).is_undefined(), "the worker sends no text for it");
+    let text = js_sys::JSON::stringify(&ops).unwrap().as_string().unwrap();
+    let err = e.transaction(ops, None, Some(text)).unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
+    let message = get(&err, "message").as_string().unwrap();
+    assert!(message.starts_with("ops[0].row.meta[0]") && message.contains("nested deeper"), "{message}");
+    assert_eq!(e.get("todos".into(), "d".into()).unwrap(), JsValue::NULL);
 }

@@ -131,8 +131,13 @@ impl Hlc {
     /// The string form (the event id), as [`fmt::Display`] writes it, in one allocation of the
     /// right size (`to_string` grows its buffer several times; every local write makes one).
     pub fn to_text(&self) -> String {
-        let mut s = String::with_capacity(15 + 1 + 6 + 1 + self.device_id.len());
-        fmt::Write::write_fmt(&mut s, format_args!("{self}")).expect("a String takes any text");
+        // Pushed directly, not through `Display`: every local write formats its HLC.
+        let (mut ms, mut counter) = ([0u8; 20], [0u8; 20]);
+        let (ms, counter) = (zero_padded(&mut ms, self.ms, 15), zero_padded(&mut counter, u64::from(self.counter), 6));
+        let mut s = String::with_capacity(ms.len() + 1 + counter.len() + 1 + self.device_id.len());
+        for part in [ms, "-", counter, "-", self.device_id.as_str()] {
+            s.push_str(part);
+        }
         s
     }
 }

@@ -13,10 +13,10 @@ use rusqlite::types::Value;
 use rusqlite::Connection;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
-use super::schema::{Table, BLOB_TABLE, SYSTEM_COLUMNS};
-use super::values::{from_sql, to_sql};
+use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
+use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
-use crate::protocol::canonical::to_canonical_json;
+use crate::protocol::canonical::{to_canonical_json, write_str_literal};
 use crate::protocol::json::JsonString;
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
@@ -75,14 +75,101 @@ impl<'c> LocalWriter<'c> {
 
 /// A row as the app sees it: `{id, updatedAt, deleted, …columns}`.
 pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
-    let mut map: BTreeMap<JsonString, Json> = BTreeMap::new();
-    map.insert("id".into(), Json::from(row.id.as_str()));
-    map.insert("updatedAt".into(), Json::from(row.updated_at.as_str()));
-    map.insert("deleted".into(), Json::Bool(row.deleted));
-    for (c, v) in table.columns.iter().zip(&row.values) {
-        map.insert(c.name.as_str().into(), from_sql(c.column_type, v.into()));
-    }
+    let map: BTreeMap<JsonString, Json> = table
+        .row_fields()
+        .iter()
+        .map(|(name, field)| {
+            let value = match *field {
+                RowField::Id => Json::from(row.id.as_str()),
+                RowField::UpdatedAt => Json::from(row.updated_at.as_str()),
+                RowField::Deleted => Json::Bool(row.deleted),
+                RowField::Column(i) => from_sql(table.columns[i].column_type, (&row.values[i]).into()),
+            };
+            (JsonString::from(name.as_str()), value)
+        })
+        .collect();
     Json::Object(map)
+}
+
+/// `to_canonical_json` of the rows' [`row_json`]s, written straight from the rows (a write
+/// with a request id records its answer so; a test holds the two texts equal).
+fn canonical_rows(rows: &[Written<'_>]) -> String {
+    let mut out = String::with_capacity(rows.len() * 160 + 2);
+    out.push('[');
+    for (i, w) in rows.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push('{');
+        for (j, (name, field)) in w.table.row_fields().iter().enumerate() {
+            if j > 0 {
+                out.push(',');
+            }
+            write_str_literal(name, &mut out);
+            out.push(':');
+            match *field {
+                RowField::Id => write_str_literal(&w.row.id, &mut out),
+                RowField::UpdatedAt => write_str_literal(&w.row.updated_at, &mut out),
+                RowField::Deleted => out.push_str(if w.row.deleted { "true" } else { "false" }),
+                RowField::Column(c) => write_canonical_sql(w.table.columns[c].column_type, &w.row.values[c], &mut out),
+            }
+        }
+        out.push('}');
+    }
+    out.push(']');
+    out
+}
+
+/// A row version a local write left, as the caller gets it back: [`Written::to_json`] is the
+/// app's view; the browser edge builds its JS object straight from the row, without a JSON
+/// tree per row (BENCHMARKS.md, issue 17 round six).
+#[derive(Debug)]
+pub struct Written<'e> {
+    /// Its table.
+    pub table: &'e Table,
+    /// The row as written (its `updated_at` is the write's HLC).
+    pub row: RowData,
+}
+
+impl Written<'_> {
+    /// `{id, updatedAt, deleted, …columns}`.
+    pub fn to_json(&self) -> Json {
+        row_json(self.table, &self.row)
+    }
+}
+
+/// The answer of a transaction: the rows just written or, for a request id seen before, the
+/// rows its first call recorded.
+#[derive(Debug)]
+pub enum WrittenRows<'e> {
+    /// Written by this call; with a request id, also the text recorded for it.
+    Fresh {
+        /// The rows, in the order of the ops.
+        rows: Vec<Written<'e>>,
+        /// Their canonical JSON, as recorded for the request id.
+        recorded: Option<String>,
+    },
+    /// Recorded by the first call of the same request id.
+    Recorded(Vec<Json>),
+}
+
+impl WrittenRows<'_> {
+    /// The rows as JSON.
+    pub fn into_json(self) -> Vec<Json> {
+        match self {
+            WrittenRows::Fresh { rows, .. } => rows.iter().map(Written::to_json).collect(),
+            WrittenRows::Recorded(rows) => rows,
+        }
+    }
+
+    /// The rows as canonical JSON text (an array): the browser edge hands it to `JSON.parse`,
+    /// one string across instead of a call out of the module per key and value.
+    pub fn into_canonical_json(self) -> String {
+        match self {
+            WrittenRows::Fresh { rows, recorded } => recorded.unwrap_or_else(|| canonical_rows(&rows)),
+            WrittenRows::Recorded(rows) => to_canonical_json(&Json::Array(rows)),
+        }
+    }
 }
 
 /// The canonical JSON plaintext of a row version (the `SyncPayload`).
@@ -200,7 +287,7 @@ impl Engine {
         w: &mut LocalWriter<'_>,
         op: &Op,
         wall_ms: u64,
-    ) -> Result<(RowChange, Json), EngineError> {
+    ) -> Result<(RowChange, Written<'_>), EngineError> {
         let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
@@ -234,11 +321,11 @@ impl Engine {
         let written = self
             .write_local(w, table, row, mode, wall_ms)?
             .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
-        Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, row_json(table, &written)))
+        Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, Written { table, row: written }))
     }
 
     /// Stages every op in `tx`, in order: the changes to announce and the rows as written.
-    fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Json>), EngineError> {
+    fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Written<'_>>), EngineError> {
         let mut changes = Vec::with_capacity(ops.len());
         let mut rows = Vec::with_capacity(ops.len());
         let mut w = LocalWriter::new(tx)?;
@@ -254,13 +341,7 @@ impl Engine {
     /// Applies `ops` atomically: all are written (rows + outbox) or, on the first error, none.
     /// Returns the rows as written.
     pub fn transaction(&self, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
-        // The clock is not written here: every HLC a mutation issues lands in its row and its
-        // outbox intent, `Engine::open` resumes from the greatest of those, and whatever prunes
-        // intents saves the clock (`prune_intents`). One page fewer per commit (BENCHMARKS.md,
-        // issue 17 round three).
-        let (changes, rows) = self.write(|tx| self.stage_all(tx, ops))?;
-        self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
-        Ok(rows)
+        Ok(self.write_rows(ops, None)?.into_json())
     }
 
     /// Like [`Self::transaction`], but at most once per `request_id`: the id and the result
@@ -268,23 +349,40 @@ impl Engine {
     /// recorded rows without writing again. Lets a caller re-send a call whose answer it lost
     /// (a tab whose leader closed mid-call). Ids are kept for a day.
     pub fn transaction_once(&self, request_id: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
-        super::requests::validate_request_id(request_id)?;
-        if let Some(text) = self.recorded_request(request_id)? {
-            return match crate::protocol::parse_json(&text) {
-                Ok(Json::Array(rows)) => Ok(rows),
-                _ => Err(StoreError::Corrupt(format!(
-                    "the recorded result of request {request_id:?} is not a JSON array"
-                ))
-                .into()),
-            };
+        Ok(self.write_rows(ops, Some(request_id))?.into_json())
+    }
+
+    /// [`Self::transaction`] (no `request_id`) or [`Self::transaction_once`], answering with
+    /// the rows themselves: what the browser edge turns into JS objects.
+    pub fn write_rows(&self, ops: &[Op], request_id: Option<&str>) -> Result<WrittenRows<'_>, EngineError> {
+        if let Some(id) = request_id {
+            super::requests::validate_request_id(id)?;
+            if let Some(text) = self.recorded_request(id)? {
+                return match crate::protocol::parse_json(&text) {
+                    Ok(Json::Array(rows)) => Ok(WrittenRows::Recorded(rows)),
+                    _ => Err(StoreError::Corrupt(format!("the recorded result of request {id:?} is not a JSON array"))
+                        .into()),
+                };
+            }
         }
-        let (changes, rows) = self.write(|tx| {
+        // The clock is not written here: every HLC a mutation issues lands in its row and its
+        // outbox intent, `Engine::open` resumes from the greatest of those, and whatever prunes
+        // intents saves the clock (`prune_intents`). One page fewer per commit (BENCHMARKS.md,
+        // issue 17 round three).
+        let (changes, rows, recorded) = self.write(|tx| {
             let (changes, rows) = self.stage_all(tx, ops)?;
-            self.write_request(tx, request_id, &to_canonical_json(&Json::Array(rows.clone())))?;
-            Ok((changes, rows))
+            let recorded = match request_id {
+                Some(id) => {
+                    let text = canonical_rows(&rows);
+                    self.write_request(tx, id, &text)?;
+                    Some(text)
+                }
+                None => None,
+            };
+            Ok((changes, rows, recorded))
         })?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
-        Ok(rows)
+        Ok(WrittenRows::Fresh { rows, recorded })
     }
 
     fn single(&self, op: Op) -> Result<Json, EngineError> {

@@ -4,7 +4,7 @@
 use rusqlite::types::{Value, ValueRef};
 
 use super::schema::ColumnType;
-use crate::protocol::canonical::to_canonical_json;
+use crate::protocol::canonical::{to_canonical_json, write_canonical_json, write_str_literal};
 use crate::protocol::json::JsonNumber;
 use crate::protocol::{parse_json, Json};
 
@@ -67,6 +67,15 @@ pub fn from_sql(t: ColumnType, v: ValueRef<'_>) -> Json {
         (_, ValueRef::Real(x)) => JsonNumber::new(x).map_or(Json::Null, Json::Number),
         (_, ValueRef::Text(b)) => Json::string(String::from_utf8_lossy(b).into_owned()),
         (_, ValueRef::Blob(b)) => Json::string(crate::protocol::base64url::encode(b)),
+    }
+}
+
+/// The canonical JSON text of [`from_sql`]'s value, appended to `out` — text columns without
+/// the intermediate value.
+pub fn write_canonical_sql(t: ColumnType, v: &Value, out: &mut String) {
+    match (t, v) {
+        (ColumnType::Text, Value::Text(s)) => write_str_literal(s, out),
+        _ => write_canonical_json(&from_sql(t, v.into()), out),
     }
 }
 

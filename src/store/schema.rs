@@ -182,9 +182,29 @@ pub struct Table {
     /// Its statements.
     pub sql: TableSql,
     index: BTreeMap<String, usize>,
+    fields: Vec<(String, RowField)>,
+}
+
+/// One key of a row as the app sees it: `{id, updatedAt, deleted, …columns}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowField {
+    /// `id`.
+    Id,
+    /// `updatedAt`: the row's HLC.
+    UpdatedAt,
+    /// `deleted`.
+    Deleted,
+    /// The app column at this index of [`Table::columns`].
+    Column(usize),
 }
 
 impl Table {
+    /// The keys of a row as the app sees it, in canonical JSON order (names are ASCII, so the
+    /// byte order is the UTF-16 order canonical JSON sorts by).
+    pub fn row_fields(&self) -> &[(String, RowField)] {
+        &self.fields
+    }
+
     /// The declared type of `column`, if it is an app column.
     pub fn column(&self, column: &str) -> Option<ColumnType> {
         self.index.get(column).map(|&i| self.columns[i].column_type)
@@ -245,7 +265,14 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
         index.insert(c.name.clone(), i);
     }
     let sql = TableSql::new(&def.name, &def.columns);
-    Ok(Table { name: def.name, columns: def.columns, sql, index })
+    let mut fields = vec![
+        ("id".to_owned(), RowField::Id),
+        ("updatedAt".to_owned(), RowField::UpdatedAt),
+        ("deleted".to_owned(), RowField::Deleted),
+    ];
+    fields.extend(def.columns.iter().enumerate().map(|(i, c)| (c.name.clone(), RowField::Column(i))));
+    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Table { name: def.name, columns: def.columns, sql, index, fields })
 }
 
 impl Schema {

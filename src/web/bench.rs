@@ -203,9 +203,10 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
     })))
 }
 
-/// `n` rows in one transaction: bare prepared INSERTs vs engine mutations. Durations in ms.
+/// `n` rows in one transaction: bare prepared INSERTs vs engine mutations vs the package's path
+/// (`plain_json`: the package's `plainJson`, as its worker uses it). Durations in ms.
 #[wasm_bindgen(js_name = benchBulk)]
-pub async fn bench_bulk(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
+pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (mut raw, raw_name) = storage.open("raw-bulk").await?;
     raw.execute_batch(RAW_TABLE).map_err(js_err)?;
@@ -240,7 +241,12 @@ pub async fn bench_bulk(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
     let (api, name) = storage.engine(KEY, vec![], "api-bulk").await?;
     let js_ops: Array = (0..n).map(|i| js_op(&todo(i))).collect();
     let t0 = now();
-    let rows = super::writes::transaction(&api, &js_ops, Some("bench-request"))?;
+    // As js/worker.js does: the ops as JSON text when they are plain data (`plainJson`).
+    let text = match plain_json.dyn_ref::<js_sys::Function>() {
+        Some(f) => f.call1(&JsValue::NULL, &js_ops)?.as_string(),
+        None => None,
+    };
+    let rows = super::writes::transaction(&api, &js_ops, text.as_deref(), Some("bench-request"))?;
     storage.durable(&name).await?;
     let api_ms = now() - t0;
     if Array::from(&rows).length() != n {

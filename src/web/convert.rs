@@ -14,18 +14,38 @@ const MAX_DEPTH: usize = 128;
 
 /// Converts a JS value to JSON; `path` names the argument in errors.
 pub fn to_json(v: &JsValue, path: &str) -> Result<Json, String> {
-    convert(v, path, 0)
+    convert(v, &Path::Root(path), 0)
+}
+
+/// Where a value sits in the argument (`row.tags[2]`): formatted only for an error, so a
+/// conversion allocates nothing per value for its error messages.
+enum Path<'a> {
+    Root(&'a str),
+    Index(&'a Path<'a>, usize),
+    Key(&'a Path<'a>, &'a JsonString),
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Path::Root(name) => f.write_str(name),
+            Path::Index(parent, i) => write!(f, "{parent}[{i}]"),
+            Path::Key(parent, k) => write!(f, "{parent}.{}", k.to_string_lossy()),
+        }
+    }
 }
 
 fn js_string(s: &JsString) -> JsonString {
-    if let Some(text) = s.as_string().filter(|_| s.is_valid_utf16()) {
+    // A lone surrogate decodes to U+FFFD; only then is the string looked at unit by unit
+    // (one call out of the module instead of two per string).
+    if let Some(text) = s.as_string().filter(|t| !t.contains('\u{FFFD}') || s.is_valid_utf16()) {
         return JsonString::from(text);
     }
     let units: Vec<u16> = s.iter().collect();
     JsonString::from_utf16(&units)
 }
 
-fn convert(v: &JsValue, path: &str, depth: usize) -> Result<Json, String> {
+fn convert(v: &JsValue, path: &Path<'_>, depth: usize) -> Result<Json, String> {
     if depth > MAX_DEPTH {
         return Err(format!("{path}: nested deeper than {MAX_DEPTH} levels"));
     }
@@ -45,7 +65,7 @@ fn convert(v: &JsValue, path: &str, depth: usize) -> Result<Json, String> {
         let arr: &Array = v.unchecked_ref();
         let mut out = Vec::with_capacity(arr.length() as usize);
         for (i, item) in arr.iter().enumerate() {
-            out.push(convert(&item, &format!("{path}[{i}]"), depth + 1)?);
+            out.push(convert(&item, &Path::Index(path, i), depth + 1)?);
         }
         return Ok(Json::Array(out));
     }
@@ -65,8 +85,8 @@ fn convert(v: &JsValue, path: &str, depth: usize) -> Result<Json, String> {
                 continue; // as JSON.stringify does
             }
             let k = js_string(&key);
-            let child = format!("{path}.{}", k.to_string_lossy());
-            map.insert(k, convert(&value, &child, depth + 1)?);
+            let child = convert(&value, &Path::Key(path, &k), depth + 1)?;
+            map.insert(k, child);
         }
         return Ok(Json::Object(map));
     }

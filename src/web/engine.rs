@@ -437,8 +437,15 @@ impl WebEngine {
 
     /// Applies `[{op: "insert"|"update"|"upsert"|"delete", table, row?, id?, patch?}]` atomically.
     /// With a `requestId`, at most once: a repeated id returns the first call's rows.
-    pub fn transaction(&self, ops: JsValue, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let rows = writes::transaction(&*self.engine()?, &ops, request_id.as_deref())?;
+    /// `opsJson`, if given, is `JSON.stringify(ops)` made by the worker when `ops` hold only
+    /// plain data (`plainJson`): the faster way across.
+    pub fn transaction(
+        &self,
+        ops: JsValue,
+        request_id: Option<String>,
+        ops_json: Option<String>,
+    ) -> Result<JsValue, JsValue> {
+        let rows = writes::transaction(&*self.engine()?, &ops, ops_json.as_deref(), request_id.as_deref())?;
         self.after_write();
         Ok(rows)
     }

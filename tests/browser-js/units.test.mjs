@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { Calls } from '../../js/calls.js';
 import { SimplySyncError, revive, toWire } from '../../js/errors.js';
 import { LEADER_ONLY, MUTATING, stableJson } from '../../js/hub.js';
+import { plainJson } from '../../js/plain-json.js';
 import { Watches } from '../../js/watch.js';
 
 test('a call settles once, with its answer or its error', async () => {
@@ -179,4 +180,22 @@ test('a paced live query waits as long as its last run took before the next', as
   assert.equal(h.pending.length, 0, 'not after half the time');
   await new Promise((r) => setTimeout(r, 150));
   assert.equal(h.pending.length, 1, 'after as long as the last run took');
+});
+
+test('plainJson gives the JSON text of plain data and nothing for anything else', () => {
+  const row = { id: 'a', title: 'lone \ud800', n: 1e21, list: [1, undefined, null, { k: 'v' }], gone: undefined, bare: Object.create(null) };
+  assert.equal(plainJson([row]), JSON.stringify([row]));
+  assert.equal(plainJson({ a: 0, b: -1.5, c: false, d: '' }), '{"a":0,"b":-1.5,"c":false,"d":""}');
+  class Todo { constructor() { this.id = 'x'; } }
+  const cycle = {};
+  cycle.self = cycle;
+  const notPlain = {
+    date: new Date(0), map: new Map(), set: new Set(), bytes: new Uint8Array(1), boxed: new String('s'),
+    instance: new Todo(), ownToJSON: { toJSON: () => 'x' }, fn: () => 1, symbol: Symbol('s'), bigint: 1n,
+    nan: NaN, infinity: -Infinity, minusZero: -0, cycle,
+  };
+  for (const [what, value] of Object.entries(notPlain)) {
+    assert.equal(plainJson([{ row: { v: value } }]), undefined, what);
+    assert.equal(plainJson([{ row: { list: [value] } }]), undefined, `${what} in an array`);
+  }
 });

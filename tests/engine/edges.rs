@@ -6,7 +6,7 @@
 use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
 use simplysync::engine::io::HttpRequest;
 use simplysync::engine::Op;
-use simplysync::protocol::Json;
+use simplysync::protocol::{to_canonical_json, Json};
 
 #[test]
 fn a_row_id_is_one_to_256_bytes_on_every_kind_of_write() {
@@ -113,6 +113,30 @@ fn a_re_sent_transaction_returns_the_rows_it_wrote_the_first_time() {
     assert_eq!(first, again);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].get("id").and_then(Json::as_str), Some("once"));
+}
+
+#[test]
+fn a_re_sent_transaction_is_answered_from_the_canonical_json_of_its_first_answer() {
+    let d = Device::new(&phrase(), &[]);
+    d.engine.insert("todos", todo("old", "before")).unwrap();
+    let awkward = Json::object([
+        ("id", Json::from("n\u{e9}e \"quoted\"")),
+        ("title", Json::from("tab\there, line\nbreak, back\\slash, \u{1}, \u{1F600} and \u{2028}")),
+        ("done", Json::Bool(true)),
+        ("position", Json::from(-9_007_199_254_740_991i64 as f64)),
+        ("image", Json::Null),
+        ("meta", Json::object([("z", Json::from(1.5)), ("a", Json::Array(vec![Json::from("x"), Json::Null]))])),
+    ]);
+    let ops = [
+        Op::Insert { table: "todos".into(), row: awkward },
+        Op::Update { table: "todos".into(), id: "old".into(), patch: Json::object([("done", Json::Bool(false))]) },
+        Op::Delete { table: "todos".into(), id: "old".into() },
+    ];
+    let first = d.engine.transaction_once("tab:9", &ops).unwrap();
+    let recorded = d.engine.query("SELECT result FROM _sync_requests WHERE id = 'tab:9'", &[]).unwrap();
+    let text = recorded[0].get("result").and_then(Json::as_str).unwrap().to_owned();
+    assert_eq!(text, to_canonical_json(&Json::Array(first.clone())), "the record is the answer's canonical JSON");
+    assert_eq!(d.engine.transaction_once("tab:9", &ops).unwrap(), first);
 }
 
 #[tokio::test]
