@@ -203,6 +203,11 @@ if (r.localWrite) {
   row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
   const apiRate = r.bulk.map((x) => (10000 / x.apiMs) * 1000);
   row('bulk: the same through the package\'s path (JS ops in, request id, JS rows out), rows/s', spread(apiRate), `ratio api/raw ${fmt(median(apiRate.map((e, i) => e / rawRate[i])), 2)}`);
+  if (r.bulk[0].listMs !== undefined) {
+    row('list 10,000 rows: the engine\'s read, ms', spread(r.bulk.map((x) => x.listMs)));
+    row('list 10,000 rows: to JS values one call per key and value / one JSON text through JSON.parse, ms',
+      `${spread(r.bulk.map((x) => x.listByValueMs))} / ${spread(r.bulk.map((x) => x.listByTextMs))}`, 'the package uses JSON.parse');
+  }
   row('seal (encrypt pending intents), events/s', spread(sealRate));
   if (r.localWriteIdb) {
     const rawI = r.localWriteIdb.map((x) => median(x.raw));

@@ -13,7 +13,7 @@ use wasm_bindgen::prelude::*;
 
 use js_sys::{Array, Object, Reflect};
 
-use super::convert::{serde_to_js, to_js};
+use super::convert::{array_to_js, serde_to_js, to_js};
 use super::io::{sleep, DateClock, FetchTransport};
 use crate::engine::io::Clock;
 use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
@@ -252,8 +252,24 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     if Array::from(&rows).length() != n {
         return Err(js_err("the API answered with a different number of rows"));
     }
+    // Reading them back (`list`): the engine's read, then the two ways to JS values — one call
+    // out of the module per key and value (`to_js`), or one text through `JSON.parse`
+    // (`array_to_js`, what `Engine.list` and `query` use).
+    let t0 = now();
+    let rows = api.list("todos", &Default::default()).map_err(js_err)?;
+    let list_ms = now() - t0;
+    let t0 = now();
+    let by_value: Array = rows.iter().map(to_js).collect();
+    let by_value_ms = now() - t0;
+    let t0 = now();
+    let by_text = Array::from(&array_to_js(&rows));
+    let by_text_ms = now() - t0;
+    if by_value.length() != n || by_text.length() != n {
+        return Err(js_err("list answered with a different number of rows"));
+    }
     Ok(serde_to_js(&serde_json::json!({
-        "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "sealMs": seal_ms, "sealed": sealed
+        "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "sealMs": seal_ms, "sealed": sealed,
+        "listMs": list_ms, "listByValueMs": by_value_ms, "listByTextMs": by_text_ms,
     })))
 }
 

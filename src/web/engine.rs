@@ -12,7 +12,7 @@ use js_sys::{Array, Function, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{serde_to_js, to_js};
+use super::convert::{array_to_js, serde_to_js, to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
 use super::writes::{self, arg_json, bad_arg};
@@ -465,7 +465,7 @@ impl WebEngine {
             include_deleted: o.get("includeDeleted").and_then(|v| v.as_bool()).unwrap_or(false),
         };
         let rows = self.engine()?.list(&table, &opts).map_err(err)?;
-        Ok(rows.iter().map(to_js).collect::<Array>().into())
+        Ok(array_to_js(&rows))
     }
 
     /// One read-only SQL statement with positional parameters.
@@ -476,7 +476,7 @@ impl WebEngine {
             _ => return Err(bad_arg("params must be an array".into())),
         };
         let rows = self.engine()?.query(&sql, &params).map_err(err)?;
-        Ok(rows.iter().map(to_js).collect::<Array>().into())
+        Ok(array_to_js(&rows))
     }
 
     /// The schema tables a read-only SQL statement reads (what a live query watches).
