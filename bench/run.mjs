@@ -207,6 +207,8 @@ if (r.localWrite) {
     row('list 10,000 rows: the engine\'s read, ms', spread(r.bulk.map((x) => x.listMs)));
     row('list 10,000 rows: to JS values one call per key and value / one JSON text through JSON.parse, ms',
       `${spread(r.bulk.map((x) => x.listByValueMs))} / ${spread(r.bulk.map((x) => x.listByTextMs))}`, 'the package uses JSON.parse');
+    row('the change event of 10,000 rows to JS: serde value by value / JSON text through JSON.parse, ms',
+      `${spread(r.bulk.map((x) => x.eventByValueMs))} / ${spread(r.bulk.map((x) => x.eventByTextMs))}`, 'the package uses JSON.parse');
   }
   row('seal (encrypt pending intents), events/s', spread(sealRate));
   if (r.localWriteIdb) {

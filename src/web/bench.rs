@@ -13,11 +13,11 @@ use wasm_bindgen::prelude::*;
 
 use js_sys::{Array, Object, Reflect};
 
-use super::convert::{array_to_js, serde_to_js, to_js};
+use super::convert::{array_to_js, serde_text_to_js, serde_to_js, to_js};
 use super::io::{sleep, DateClock, FetchTransport};
 use crate::engine::io::Clock;
 use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
-use crate::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
+use crate::engine::{ChangeEvent, ChangeSource, Engine, EngineConfig, Env, Op, RowChange, SyncTrigger};
 use crate::protocol::entropy::{random_bytes, OsEntropy};
 use crate::protocol::{base64url, Json};
 use crate::store::idb::{self, PageStore};
@@ -267,9 +267,25 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     if by_value.length() != n || by_text.length() != n {
         return Err(js_err("list answered with a different number of rows"));
     }
+    // The change event such a transaction sends to the worker's listener, both ways.
+    let changes = rows
+        .iter()
+        .map(|r| RowChange { table: "todos".into(), id: r.get("id").and_then(Json::as_str).unwrap_or("").into() })
+        .collect();
+    let event = ChangeEvent::new(ChangeSource::Local, changes);
+    let t0 = now();
+    let by_value = serde_to_js(&event);
+    let event_by_value_ms = now() - t0;
+    let t0 = now();
+    let by_text = serde_text_to_js(&event);
+    let event_by_text_ms = now() - t0;
+    if js_sys::JSON::stringify(&by_value)? != js_sys::JSON::stringify(&by_text)? {
+        return Err(js_err("the two change events differ"));
+    }
     Ok(serde_to_js(&serde_json::json!({
         "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "sealMs": seal_ms, "sealed": sealed,
         "listMs": list_ms, "listByValueMs": by_value_ms, "listByTextMs": by_text_ms,
+        "eventByValueMs": event_by_value_ms, "eventByTextMs": event_by_text_ms,
     })))
 }
 

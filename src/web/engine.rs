@@ -12,7 +12,7 @@ use js_sys::{Array, Function, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{array_to_js, serde_to_js, to_js};
+use super::convert::{array_to_js, json_to_js, serde_text_to_js, serde_to_js, to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
 use super::writes::{self, arg_json, bad_arg};
@@ -452,7 +452,7 @@ impl WebEngine {
 
     /// A live row or `null`.
     pub fn get(&self, table: String, id: String) -> Result<JsValue, JsValue> {
-        Ok(self.engine()?.get(&table, &id).map_err(err)?.as_ref().map_or(JsValue::NULL, to_js))
+        Ok(self.engine()?.get(&table, &id).map_err(err)?.as_ref().map_or(JsValue::NULL, json_to_js))
     }
 
     /// Rows of a table: `{where?, orderBy?, limit?, includeDeleted?}`.
@@ -670,7 +670,8 @@ impl WebEngine {
     #[wasm_bindgen(js_name = onChange)]
     pub fn on_change(&self, callback: Function) -> Result<f64, JsValue> {
         let id = self.engine()?.subscribe(None, move |e| {
-            let _ = callback.call1(&JsValue::NULL, &serde_to_js(e));
+            // A change event names every row it touched: thousands after a bulk write or a page.
+            let _ = callback.call1(&JsValue::NULL, &serde_text_to_js(e));
         });
         self.inner.callbacks.borrow_mut().push(id);
         Ok(id as f64)

@@ -184,9 +184,12 @@ test('two devices, offline edits, a restored third device with the attachment, a
   const c = await device('C');
   await c.page.evaluate(() => {
     window.progressShown = false;
-    new MutationObserver(() => {
-      if (!document.getElementById('progress').hidden) window.progressShown = true;
-    }).observe(document.getElementById('progress'), { attributes: true });
+    const bar = document.getElementById('progress');
+    // Shown if visible now, or if a change found it visible (`hidden` absent before it): the
+    // records tell even when showing and hiding both ran before this callback (a loaded machine).
+    new MutationObserver((records) => {
+      if (!bar.hidden || records.some((r) => r.oldValue === null)) window.progressShown = true;
+    }).observe(bar, { attributes: true, attributeFilter: ['hidden'], attributeOldValue: true });
   });
   await usePhrase(c.page, phrase);
   await eventually(async () => (await titles(c.page)).length === 4, 20000, 'C restored');

@@ -198,4 +198,12 @@ test('plainJson gives the JSON text of plain data and nothing for anything else'
     assert.equal(plainJson([{ row: { v: value } }]), undefined, what);
     assert.equal(plainJson([{ row: { list: [value] } }]), undefined, `${what} in an array`);
   }
+  assert.equal(plainJson([{ toJSON: 1 }]), '[{"toJSON":1}]', 'a key named toJSON is data');
+  Object.defineProperty(Object.prototype, 'toJSON', { value: () => 'x', configurable: true });
+  try {
+    assert.equal(plainJson([{ a: 1 }]), undefined, 'an inherited toJSON would change the text');
+    assert.equal(plainJson([1, 2]), undefined, 'arrays inherit it too');
+  } finally {
+    delete Object.prototype.toJSON;
+  }
 });
