@@ -58,10 +58,9 @@ fn parse_ops(ops: Json) -> Result<Vec<Op>, JsValue> {
 }
 
 /// Applies `ops` (given also as `ops_json`, see [`ops_as_json`]) atomically — at most once per
-/// `request_id` — and returns the rows as written,
-/// as a JS array: their canonical JSON through `JSON.parse` (lossless — lone surrogates are
-/// escaped — with keys in the order the engine's JSON has them), which costs a fraction of
-/// building each object from the module.
+/// `request_id` — and returns the rows as written, as a JS array: their canonical JSON through
+/// `JSON.parse` (lossless — lone surrogates are escaped — with keys in the order the engine's
+/// JSON has them), which costs a fraction of building each object from the module.
 pub(crate) fn transaction(
     engine: &Engine,
     ops: &JsValue,
