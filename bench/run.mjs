@@ -253,6 +253,11 @@ if (r.restore) {
   };
   writes('restore', r.restoreWrites, total);
   row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
+  if (r.reopen) {
+    row('opening after a tab died with 100,000 rows (~32 MB) in the WAL: one read per frame / in chunks, ms',
+      `${spread(r.reopen.map((x) => x.frameByFrame.ms))} / ${spread(r.reopen.map((x) => x.chunked.ms))}`,
+      `reads sent down ${median(r.reopen.map((x) => x.frameByFrame.sent))} / ${median(r.reopen.map((x) => x.chunked.sent))}`);
+  }
   if (r.rawLoad) writes('the floor', r.rawLoadWrites, r.rawLoad[Math.floor(r.rawLoad.length / 2)].ms);
   if (r.restoreIdb) {
     const rateI = r.restoreIdb.map((x) => (x.events / x.ms) * 1000);

@@ -99,6 +99,9 @@ self.onmessage = async ({ data }) => {
         results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
         results.restoreWrites.push(writes.take());
       }
+      log('reopen after a tab died');
+      results.reopen = [];
+      for (let i = 0; i < Math.min(runs, 3); i++) results.reopen.push(await bench.benchReopen(100000));
       results.restoreIdb = [];
       for (let i = 0; i < runs; i++) results.restoreIdb.push(await bench.benchRestore(data.restoreSecret, data.relay, pageStore()));
       // The floor: as many rows by bare INSERTs, a commit per 1000 (OPFS).

@@ -37,6 +37,8 @@ use rusqlite::ffi;
 use super::StoreError;
 
 mod checkpoint_reads;
+#[cfg(target_arch = "wasm32")]
+pub(crate) use checkpoint_reads::with_chunked_wal_reads;
 pub use checkpoint_reads::{read_counts, ReadCounts};
 
 /// The cap for OPFS sync access handles (no limit of their own): a commit of up to ~15 frames

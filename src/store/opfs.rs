@@ -64,6 +64,17 @@ pub async fn open_database(db_name: &str) -> Result<Connection, StoreError> {
 
 /// Like [`open_database`], with a page size for a database that does not exist yet.
 pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Result<Connection, StoreError> {
+    open_with(db_name, page_size, true).await
+}
+
+/// [`open_database`] with a WAL left behind recovered one read per frame, as before chunked
+/// recovery: the benchmark's comparison.
+#[cfg(feature = "bench")]
+pub async fn open_database_frame_by_frame(db_name: &str) -> Result<Connection, StoreError> {
+    open_with(db_name, super::PAGE_SIZE, false).await
+}
+
+async fn open_with(db_name: &str, page_size: u32, chunked_recovery: bool) -> Result<Connection, StoreError> {
     let pool = database_pool(db_name).await?;
     let needed = pool.len().map_err(opfs_err)? + SPARE_SLOTS;
     if pool.capacity() < needed {
@@ -73,7 +84,18 @@ pub async fn open_database_with_page_size(db_name: &str, page_size: u32) -> Resu
     super::coalesce::install(&vfs_name(db_name), &coalesced_vfs_name(db_name), super::coalesce::OPFS_HOLD)?;
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(db_name, flags, coalesced_vfs_name(db_name).as_str())?;
-    super::configure_with_page_size(&conn, page_size)?;
+    // The first read recovers the WAL a tab that died left behind (no checkpoint on close): in
+    // chunks, not one OPFS read per frame; the connection is in exclusive locking mode by then.
+    let first_read = || {
+        super::configure_with_page_size(&conn, page_size)?;
+        conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(()))?;
+        Ok::<_, StoreError>(())
+    };
+    if chunked_recovery {
+        super::coalesce::with_chunked_wal_reads(first_read)?;
+    } else {
+        first_read()?;
+    }
     Ok(conn)
 }
 

@@ -21,7 +21,7 @@ use crate::engine::{ChangeEvent, ChangeSource, Engine, EngineConfig, Env, Op, Ro
 use crate::protocol::entropy::{random_bytes, OsEntropy};
 use crate::protocol::{base64url, Json};
 use crate::store::idb::{self, PageStore};
-use crate::store::opfs::open_database;
+use crate::store::opfs::{self, open_database};
 
 const KEY: &str = "sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8";
 
@@ -287,6 +287,47 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
         "listMs": list_ms, "listByValueMs": by_value_ms, "listByTextMs": by_text_ms,
         "eventByValueMs": event_by_value_ms, "eventByTextMs": event_by_text_ms,
     })))
+}
+
+/// Opening a database after a tab died with `n` rows (~32 MB) in its WAL — closed without the
+/// checkpoint a close makes — recovered one read per frame (as before) and in chunks (as
+/// `open_database` does now), each on its own database: ms, and reads asked and sent down.
+#[wasm_bindgen(js_name = benchReopen)]
+pub async fn bench_reopen(n: u32) -> Result<JsValue, JsValue> {
+    let mut out = serde_json::Map::new();
+    for chunked in [false, true] {
+        let name = unique("reopen");
+        let mut conn = open_database(&name).await.map_err(js_err)?;
+        conn.execute_batch("CREATE TABLE t (id TEXT PRIMARY KEY, body TEXT) WITHOUT ROWID").map_err(js_err)?;
+        for start in (0..n).step_by(1000) {
+            let tx = conn.transaction().map_err(js_err)?;
+            {
+                let mut stmt = tx.prepare_cached("INSERT INTO t (id, body) VALUES (?1, ?2)").map_err(js_err)?;
+                for i in start..(start + 1000).min(n) {
+                    stmt.execute(params![format!("row-{i:08}"), format!("{i} {}", "x".repeat(300))]).map_err(js_err)?;
+                }
+            }
+            tx.commit().map_err(js_err)?;
+        }
+        conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).map_err(js_err)?;
+        drop(conn); // as a tab that died leaves it: the WAL stays
+        let before = crate::store::coalesce::read_counts();
+        let t0 = now();
+        let conn = if chunked { open_database(&name).await } else { opfs::open_database_frame_by_frame(&name).await }
+            .map_err(js_err)?;
+        let ms = now() - t0;
+        let after = crate::store::coalesce::read_counts();
+        let rows: u32 = conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).map_err(js_err)?;
+        if rows != n {
+            return Err(js_err(format!("reopened with {rows} rows of {n}")));
+        }
+        let key = if chunked { "chunked" } else { "frameByFrame" };
+        out.insert(
+            key.into(),
+            serde_json::json!({ "ms": ms, "asked": after.received - before.received, "sent": after.sent - before.sent }),
+        );
+    }
+    Ok(serde_to_js(&serde_json::Value::Object(out)))
 }
 
 /// AES-256-GCM (the crate, in wasm) over `size`-byte messages for at least `min_ms`: bytes/ms.

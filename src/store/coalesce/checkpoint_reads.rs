@@ -9,7 +9,9 @@
 //! row ids), each WAL byte read about once.
 //!
 //! Scope: only between SQLite's `SQLITE_FCNTL_CKPT_START` and `SQLITE_FCNTL_CKPT_DONE` hints
-//! on the database file (this thread's checkpoint), only on files opened as WALs, only inside
+//! on the database file (this thread's checkpoint) — or inside [`with_chunked_wal_reads`], the
+//! first read of a browser database, which recovers a WAL left behind by a tab that died (the
+//! same one-read-per-frame pattern) — only on files opened as WALs, only inside
 //! the WAL's size taken at the checkpoint's first read. The frames a checkpoint copies do not
 //! change while it runs — no connection restarts a WAL a checkpoint is reading — and chunks are
 //! never used past their checkpoint: each carries the checkpoint's number, and a write or a
@@ -68,6 +70,23 @@ pub(super) fn started() {
 /// before the start was announced).
 pub(super) fn done() {
     RUNNING.with(|r| r.set(None));
+}
+
+/// Runs `f` with this thread's WAL reads served from chunks, as during a checkpoint: for the
+/// first read of a database in **exclusive locking mode**, which recovers the WAL a connection
+/// closed without a checkpoint left (a tab that died) by reading every frame, one call each
+/// otherwise. Only where no other connection can write the WAL meanwhile — exclusive locking
+/// mode, as the browser's databases use — and this connection's own writes drop the chunks.
+pub(crate) fn with_chunked_wal_reads<T>(f: impl FnOnce() -> T) -> T {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            done(); // also if `f` panics: no later read may use this scope's chunks
+        }
+    }
+    started();
+    let _scope = Scope;
+    f()
 }
 
 /// The WAL chunks one file read during the current checkpoint, most recently used first.
@@ -156,5 +175,83 @@ impl Chunks {
             at += n as i64;
         }
         Some(ffi::SQLITE_OK)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::config::DbConfig;
+    use rusqlite::{Connection, OpenFlags};
+
+    use super::*;
+
+    const VFS: &str = "coalesce-test-recovery";
+
+    /// Opens `path` through the shim in exclusive locking mode; its first read (recovering a
+    /// WAL left behind, if any) runs inside `first_read`.
+    fn open(path: &std::path::Path, first_read: impl FnOnce(&mut dyn FnMut())) -> (Connection, ReadCounts) {
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE;
+        let conn = Connection::open_with_flags_and_vfs(path, flags, VFS).unwrap();
+        let before = read_counts();
+        first_read(&mut || {
+            conn.execute_batch(
+                "PRAGMA locking_mode = EXCLUSIVE; PRAGMA journal_mode = WAL; PRAGMA wal_autocheckpoint = 0;",
+            )
+            .unwrap();
+            conn.query_row("SELECT count(*) FROM sqlite_master", [], |_| Ok(())).unwrap();
+        });
+        let after = read_counts();
+        (conn, ReadCounts { received: after.received - before.received, sent: after.sent - before.sent })
+    }
+
+    /// A database whose WAL holds 30 commits of scattered rows, closed the way a tab that died
+    /// leaves it (no checkpoint); a copy of its two files as well.
+    fn left_behind() -> (std::path::PathBuf, std::path::PathBuf) {
+        super::super::install("unix", VFS, 0x1ffff).unwrap();
+        let dir = std::env::temp_dir().join(format!("simplysync-recovery-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (path, copy) = (dir.join("db.sqlite"), dir.join("copy.sqlite"));
+        {
+            let (conn, _) = open(&path, |read| read());
+            conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)").unwrap();
+            for round in 0..30i64 {
+                let tx = conn.unchecked_transaction().unwrap();
+                for i in 0..200i64 {
+                    let id = (i * 7919 + round * 104_729) % 4001;
+                    tx.execute(
+                        "INSERT INTO t (id, body) VALUES (?1, ?2) ON CONFLICT (id) DO UPDATE SET body = ?2",
+                        (id, format!("r{round} {id} {}", "x".repeat(300))),
+                    )
+                    .unwrap();
+                }
+                tx.commit().unwrap();
+            }
+            conn.set_db_config(DbConfig::SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, true).unwrap();
+        }
+        let wal = |p: &std::path::Path| p.with_file_name(format!("{}-wal", p.file_name().unwrap().to_str().unwrap()));
+        assert!(std::fs::metadata(wal(&path)).unwrap().len() > 1 << 20, "the WAL was left behind");
+        std::fs::copy(&path, &copy).unwrap();
+        std::fs::copy(wal(&path), wal(&copy)).unwrap();
+        (path, copy)
+    }
+
+    #[test]
+    fn reopening_after_a_tab_died_recovers_its_wal_in_chunks_and_every_commit_is_there() {
+        let (path, copy) = left_behind();
+        let (plain, frame_by_frame) = open(&path, |read| read());
+        let (conn, chunked) = open(&copy, |read| with_chunked_wal_reads(read));
+        assert!(frame_by_frame.sent >= 500, "recovery read the WAL in {} calls", frame_by_frame.sent);
+        assert_eq!(chunked.received, frame_by_frame.received, "SQLite asked for the same reads");
+        assert!(chunked.sent * 10 <= chunked.received, "{} reads went down as {}", chunked.received, chunked.sent);
+        let state = |c: &Connection| {
+            let rows: i64 = c.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap();
+            let last: i64 = c.query_row("SELECT count(*) FROM t WHERE body LIKE 'r29 %'", [], |r| r.get(0)).unwrap();
+            let ok: String = c.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+            (rows, last, ok)
+        };
+        assert_eq!(state(&conn), state(&plain), "the same rows, last versions included");
+        assert_eq!(state(&conn).1, 200, "the last commit's rows");
+        assert_eq!(state(&conn).2, "ok");
     }
 }
