@@ -77,6 +77,8 @@ pub(super) fn done() {
 /// closed without a checkpoint left (a tab that died) by reading every frame, one call each
 /// otherwise. Only where no other connection can write the WAL meanwhile — exclusive locking
 /// mode, as the browser's databases use — and this connection's own writes drop the chunks.
+// Natively only its test calls it: a native database may have other connections.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) fn with_chunked_wal_reads<T>(f: impl FnOnce() -> T) -> T {
     struct Scope;
     impl Drop for Scope {
