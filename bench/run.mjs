@@ -182,6 +182,10 @@ if (r.localWrite) {
   const rawMean = r.localWrite.map((x) => mean(x.raw));
   const engMean = r.localWrite.map((x) => mean(x.engine));
   row('local write, mean of 200 commits: bare INSERT / engine mutation, ms', `${spread(rawMean, 3)} / ${spread(engMean, 3)}`, `ratio engine/raw ${fmt(median(engMean.map((e, i) => e / rawMean[i])), 2)}`);
+  if (r.localWrite[0].api) {
+    const apiMean = r.localWrite.map((x) => mean(x.api));
+    row('local write, mean of 200 commits: the package\'s path (JS op, request id recorded, JS row), ms', spread(apiMean, 3), `ratio api/raw ${fmt(median(apiMean.map((e, i) => e / rawMean[i])), 2)}; api/engine ${fmt(median(apiMean.map((e, i) => e / engMean[i])), 2)}`);
+  }
   // The engine's row + intent written by hand (same tables and indexes): the pages' cost.
   const handMean = r.localWrite.map((x) => mean(x.byHand));
   row('local write, mean of 200 commits: the engine\'s row + intent by hand (no engine code), ms', spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
@@ -190,11 +194,12 @@ if (r.localWrite) {
   const io = r.localWrite.map((x) => x.io).filter((x) => x && x.raw && x.engine);
   if (io.length) {
     const per = (k) => {
-      const w = io.map((x) => x[k]);
+      const w = io.map((x) => x[k]).filter(Boolean);
+      if (!w.length) return '–';
       const med = (f) => median(w.map(f));
       return `${fmt(med((v) => v.calls / 200), 2)} · ${fmt(med((v) => v.bytes / 200 / 1024), 1)} · ${fmt(med((v) => v.ms / 200), 3)} · ${fmt(med((v) => v.flushes / 200), 2)} · ${fmt(med((v) => v.flushMs / 200), 3)}`;
     };
-    row('local write, per commit on OPFS: write calls · KiB written · ms in writes · flushes · ms in flushes (raw / by hand / engine)', `${per('raw')} / ${per('byHand')} / ${per('engine')}`, 'median of runs');
+    row('local write, per commit on OPFS: write calls · KiB written · ms in writes · flushes · ms in flushes (raw / by hand / engine / package\'s path)', `${per('raw')} / ${per('byHand')} / ${per('engine')} / ${per('api')}`, 'median of runs');
   }
   const rawRate = r.bulk.map((x) => (10000 / x.rawMs) * 1000);
   const engRate = r.bulk.map((x) => (10000 / x.engineMs) * 1000);
@@ -216,6 +221,11 @@ if (r.localWrite) {
     const engI = r.localWriteIdb.map((x) => median(x.engine));
     row('IndexedDB storage: local write, bare INSERT + flush p50 / p99, ms', `${spread(rawI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.raw, 99)), 3)}`, 'the floor on IndexedDB');
     row('IndexedDB storage: local write, engine mutation + flush p50 / p99, ms', `${spread(engI, 3)} / ${spread(r.localWriteIdb.map((x) => pct(x.engine, 99)), 3)}`, `ratio engine/raw p50 ${fmt(median(engI.map((e, i) => e / rawI[i])), 2)}; vs OPFS engine p50 ×${fmt(median(engI) / median(engP50), 1)}`);
+    if (r.localWriteIdb[0].api) {
+      const rawM = r.localWriteIdb.map((x) => mean(x.raw));
+      const apiM = r.localWriteIdb.map((x) => mean(x.api));
+      row('IndexedDB storage: local write, mean of 200 commits: bare INSERT / the package\'s path, + flush, ms', `${spread(rawM, 3)} / ${spread(apiM, 3)}`, `ratio api/raw ${fmt(median(apiM.map((e, i) => e / rawM[i])), 2)}`);
+    }
     const rawRateI = r.bulkIdb.map((x) => (10000 / x.rawMs) * 1000);
     const engRateI = r.bulkIdb.map((x) => (10000 / x.engineMs) * 1000);
     row('IndexedDB storage: bulk 10,000 bare INSERTs + flush, rows/s', spread(rawRateI));
@@ -254,7 +264,7 @@ if (r.restore) {
   writes('restore', r.restoreWrites, total);
   row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
   if (r.reopen) {
-    row('opening after a tab died with 100,000 rows (~32 MB) in the WAL: one read per frame / in chunks, ms',
+    row('opening after a tab died with 100,000 rows (~42 MB) in the WAL: one read per frame / in chunks, ms',
       `${spread(r.reopen.map((x) => x.frameByFrame.ms))} / ${spread(r.reopen.map((x) => x.chunked.ms))}`,
       `reads sent down ${median(r.reopen.map((x) => x.frameByFrame.sent))} / ${median(r.reopen.map((x) => x.chunked.sent))}`);
   }

@@ -1,7 +1,7 @@
 //! Profiling aid: bulk mutations, sealing and a restore through an in-process relay, natively,
 //! with timings. `cargo run --release --example engine_hot -- [ROWS] [bulk]` (run it under `perf`;
 //! `bulk` (or `bulk-once`: with a request id, as the package calls it) stops after the bulk
-//! transaction, for exact instruction counts of that phase with
+//! transaction (`once-after-bulk`: then 1000 single writes with request ids), for exact instruction counts of that phase with
 //! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`).
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -88,13 +88,23 @@ mod native {
             .collect();
         let mode = std::env::args().nth(2);
         let t = Instant::now();
-        if mode.as_deref() == Some("bulk-once") {
+        if matches!(mode.as_deref(), Some("bulk-once" | "once-after-bulk")) {
             // The package's path: every call from a tab carries a request id (at most once).
             a.transaction_once("bench-request", &ops).unwrap();
         } else {
             a.transaction(&ops).unwrap();
         }
         let bulk = t.elapsed();
+        if mode.as_deref() == Some("once-after-bulk") {
+            // Single writes with request ids (the package's path) once the bulk's record is there.
+            let t = Instant::now();
+            for i in 0..1000 {
+                let row = Json::object([("id", Json::from(format!("single-{i}"))), ("title", Json::from("one"))]);
+                a.transaction_once(&format!("single:{i}"), &[Op::Insert { table: "todos".into(), row }]).unwrap();
+            }
+            println!("single writes after a recorded bulk {:>8.0} writes/s", 1000.0 / t.elapsed().as_secs_f64());
+            return;
+        }
         if mode.as_deref().is_some_and(|m| m.starts_with("bulk")) {
             println!("bulk    {:>10.0} rows/s", n as f64 / bulk.as_secs_f64());
             return;

@@ -137,6 +137,8 @@ pub struct Engine {
     decrypt_ms: Cell<f64>,
     /// The request id of the [`Engine::once`] call running, recorded with its effect.
     request: RefCell<Option<String>>,
+    /// When recorded request ids were last swept for expiry (engine clock, ms; `None`: not yet).
+    requests_swept_at: Cell<Option<u64>>,
     /// When the last pass ended (engine clock, ms; 0 before the first).
     last_pass_at: Cell<u64>,
 }
@@ -224,6 +226,7 @@ impl Engine {
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
             request: RefCell::new(None),
+            requests_swept_at: Cell::new(None),
             last_pass_at: Cell::new(0),
         };
         engine.reconcile_relays(relays.as_deref())?;

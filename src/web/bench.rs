@@ -138,10 +138,12 @@ fn opfs_io() -> serde_json::Value {
 const RAW_TABLE: &str = "CREATE TABLE t (id TEXT PRIMARY KEY, title TEXT, done INTEGER, position INTEGER)";
 const RAW_INSERT: &str = "INSERT INTO t (id, title, done, position) VALUES (?1, ?2, ?3, ?4)";
 
-/// `n` durable single-row writes: a bare autocommit INSERT (the floor) and an engine insert
-/// (row + outbox intent in one transaction). Latencies in ms. `pages`: see [`Storage`].
+/// `n` durable single-row writes: a bare autocommit INSERT (the floor), the engine's row and
+/// intent by hand, an engine insert (row + outbox intent in one transaction), and the same
+/// through the package's path (`plain_json`: the package's `plainJson`). Latencies in ms.
+/// `pages`: see [`Storage`].
 #[wasm_bindgen(js_name = benchLocalWrite)]
-pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValue> {
+pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (raw, raw_name) = storage.open("raw-single").await?;
     raw.execute_batch(RAW_TABLE).map_err(js_err)?;
@@ -197,9 +199,27 @@ pub async fn bench_local_write(n: u32, pages: JsValue) -> Result<JsValue, JsValu
         engine_ms.push(now() - t0);
     }
     let engine_io = opfs_io();
+    // The package's path for one row: a JS op, its JSON text (`plainJson`), a request id (the
+    // answer recorded in the same commit), the row back as a JS object.
+    let (api, api_name) = storage.engine(KEY, vec![], "api-single").await?;
+    opfs_io();
+    let mut api_ms = Vec::with_capacity(n as usize);
+    for i in 0..n {
+        let op: JsValue = Array::of1(&js_op(&todo(i))).into();
+        let request = format!("bench:{i}");
+        let t0 = now();
+        let text = match plain_json.dyn_ref::<js_sys::Function>() {
+            Some(f) => f.call1(&JsValue::NULL, &op)?.as_string(),
+            None => None,
+        };
+        super::writes::transaction(&api, &op, text.as_deref(), Some(&request))?;
+        storage.durable(&api_name).await?;
+        api_ms.push(now() - t0);
+    }
+    let api_io = opfs_io();
     Ok(serde_to_js(&serde_json::json!({
-        "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms,
-        "io": { "raw": raw_io, "byHand": hand_io, "engine": engine_io },
+        "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms, "api": api_ms,
+        "io": { "raw": raw_io, "byHand": hand_io, "engine": engine_io, "api": api_io },
     })))
 }
 
@@ -289,7 +309,7 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     })))
 }
 
-/// Opening a database after a tab died with `n` rows (~32 MB) in its WAL — closed without the
+/// Opening a database after a tab died with `n` rows in its WAL (~42 MB for 100,000) — closed without the
 /// checkpoint a close makes — recovered one read per frame (as before) and in chunks (as
 /// `open_database` does now), each on its own database: ms, and reads asked and sent down.
 #[wasm_bindgen(js_name = benchReopen)]
@@ -321,6 +341,8 @@ pub async fn bench_reopen(n: u32) -> Result<JsValue, JsValue> {
         if rows != n {
             return Err(js_err(format!("reopened with {rows} rows of {n}")));
         }
+        drop(conn);
+        opfs::wipe_database(&name).map_err(js_err)?; // ~42 MB of OPFS each
         let key = if chunked { "chunked" } else { "frameByFrame" };
         out.insert(
             key.into(),

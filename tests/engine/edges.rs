@@ -139,6 +139,30 @@ fn a_re_sent_transaction_is_answered_from_the_canonical_json_of_its_first_answer
     assert_eq!(d.engine.transaction_once("tab:9", &ops).unwrap(), first);
 }
 
+#[test]
+fn request_ids_are_forgotten_after_a_day_swept_at_most_every_ten_minutes() {
+    const DAY: u64 = 24 * 3600 * 1000;
+    const MINUTE: u64 = 60_000;
+    let d = Device::new(&phrase(), &[]);
+    let write = |request: &str, id: &str| {
+        d.engine.transaction_once(request, &[Op::Insert { table: "todos".into(), row: todo(id, "x") }]).unwrap();
+    };
+    write("r:1", "a"); // the first write sweeps (nothing to forget yet)
+    d.clock.advance(5 * MINUTE);
+    write("r:2", "b");
+    d.clock.advance(DAY - 5 * MINUTE + 1);
+    write("r:3", "c"); // a day after r:1, long after the last sweep
+    assert_eq!(d.count("_sync_requests"), 2, "r:1 is forgotten");
+    d.clock.advance(5 * MINUTE);
+    write("r:4", "d"); // r:2 is a day old, but the last sweep was five minutes ago
+    assert_eq!(d.count("_sync_requests"), 3, "no sweep within ten minutes of the last");
+    d.clock.advance(5 * MINUTE);
+    write("r:5", "e");
+    assert_eq!(d.count("_sync_requests"), 3, "r:2 is forgotten ten minutes after the last sweep");
+    let again = d.engine.transaction_once("r:1", &[Op::Insert { table: "todos".into(), row: todo("a", "x") }]);
+    assert_eq!(again.unwrap_err().code(), "ALREADY_EXISTS", "a forgotten id applies again");
+}
+
 #[tokio::test]
 async fn a_pull_404_is_not_lost_data_while_health_fails_even_if_status_says_404() {
     let relay = TestRelay::start();

@@ -75,8 +75,9 @@ pub(super) fn done() {
 /// Runs `f` with this thread's WAL reads served from chunks, as during a checkpoint: for the
 /// first read of a database in **exclusive locking mode**, which recovers the WAL a connection
 /// closed without a checkpoint left (a tab that died) by reading every frame, one call each
-/// otherwise. Only where no other connection can write the WAL meanwhile — exclusive locking
-/// mode, as the browser's databases use — and this connection's own writes drop the chunks.
+/// otherwise. Only where no other connection can write the WAL meanwhile — in the browser OPFS
+/// keeps other workers out of a database's files, one connection per database in exclusive
+/// locking mode, and `f` runs synchronously — and this connection's own writes drop the chunks.
 // Natively only its test calls it: a native database may have other connections.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
 pub(crate) fn with_chunked_wal_reads<T>(f: impl FnOnce() -> T) -> T {
@@ -255,5 +256,14 @@ mod tests {
         assert_eq!(state(&conn), state(&plain), "the same rows, last versions included");
         assert_eq!(state(&conn).1, 200, "the last commit's rows");
         assert_eq!(state(&conn).2, "ok");
+        // A commit inside the scope after the recovery drops the chunks: its rows read back.
+        with_chunked_wal_reads(|| {
+            conn.execute("UPDATE t SET body = 'after ' || id", []).unwrap();
+            conn.execute_batch("PRAGMA shrink_memory").unwrap(); // the reads go to the files
+            let after: i64 =
+                conn.query_row("SELECT count(*) FROM t WHERE body LIKE 'after %'", [], |r| r.get(0)).unwrap();
+            assert_eq!(after, state(&plain).0);
+            assert_eq!(conn.query_row("PRAGMA integrity_check", [], |r| r.get::<_, String>(0)).unwrap(), "ok");
+        });
     }
 }
