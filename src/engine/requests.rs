@@ -15,8 +15,9 @@ use crate::store::{system, StoreError};
 /// How long request ids are remembered.
 pub const REQUEST_TTL_MS: u64 = 24 * 3600 * 1000;
 
-/// How often the records of expired request ids are swept, at most: a day's ids are
-/// forgotten within a day and ten minutes.
+/// How often the records of expired request ids are swept, at most: an id is forgotten by the
+/// first write with a request id that comes ten minutes or more after the last sweep and a day
+/// after the id.
 pub const REQUEST_SWEEP_MS: u64 = 10 * 60 * 1000;
 
 pub(crate) fn validate_request_id(id: &str) -> Result<(), EngineError> {

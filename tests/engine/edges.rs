@@ -159,6 +159,11 @@ fn request_ids_are_forgotten_after_a_day_swept_at_most_every_ten_minutes() {
     d.clock.advance(5 * MINUTE);
     write("r:5", "e");
     assert_eq!(d.count("_sync_requests"), 3, "r:2 is forgotten ten minutes after the last sweep");
+    d.clock.advance(DAY - 10 * MINUTE); // r:3 is exactly a day old; a sweep is due
+    write("r:6", "f");
+    assert_eq!(d.count("_sync_requests"), 4, "an id exactly a day old is kept");
+    let replayed = d.engine.transaction_once("r:3", &[Op::Insert { table: "todos".into(), row: todo("c", "x") }]);
+    assert_eq!(replayed.unwrap()[0].get("id").and_then(Json::as_str), Some("c"), "and still answers");
     let again = d.engine.transaction_once("r:1", &[Op::Insert { table: "todos".into(), row: todo("a", "x") }]);
     assert_eq!(again.unwrap_err().code(), "ALREADY_EXISTS", "a forgotten id applies again");
 }
