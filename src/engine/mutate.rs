@@ -121,8 +121,8 @@ fn canonical_rows(rows: &[Written<'_>]) -> String {
 }
 
 /// A row version a local write left, as the caller gets it back: [`Written::to_json`] is the
-/// app's view; the browser edge builds its JS object straight from the row, without a JSON
-/// tree per row (BENCHMARKS.md, issue 17 round six).
+/// app's view; [`WrittenRows::into_canonical_json`] writes its text straight from the row,
+/// without a JSON tree per row (BENCHMARKS.md, issue 17 round six).
 #[derive(Debug)]
 pub struct Written<'e> {
     /// Its table.

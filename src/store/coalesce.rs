@@ -405,7 +405,7 @@ mod tests {
         Connection::open_with_flags_and_vfs(path, flags, vfs).unwrap()
     }
 
-    fn temp_db(tag: &str) -> std::path::PathBuf {
+    pub(super) fn temp_db(tag: &str) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("simplysync-coalesce-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
@@ -451,7 +451,7 @@ mod tests {
     }
 
     /// Writes `rounds` commits of rows in scattered order, so the WAL's order is not page order.
-    fn scatter(conn: &Connection, version: &str, rounds: i64) {
+    pub(super) fn scatter(conn: &Connection, version: &str, rounds: i64) {
         for round in 0..rounds {
             let tx = conn.unchecked_transaction().unwrap();
             for i in 0..200i64 {

@@ -98,6 +98,14 @@ async fn engine(secret: &str, relays: Vec<String>, tag: &str) -> Result<Engine, 
     Ok(Storage(None).engine(secret, relays, tag).await?.0)
 }
 
+/// What js/worker.js sends with `ops`: the package's `plainJson(ops)` (given as `plain_json`).
+fn ops_text(plain_json: &JsValue, ops: &JsValue) -> Result<Option<String>, JsValue> {
+    match plain_json.dyn_ref::<js_sys::Function>() {
+        Some(f) => Ok(f.call1(&JsValue::NULL, ops)?.as_string()),
+        None => Ok(None),
+    }
+}
+
 /// `{op: "insert", table: "todos", row}` as the worker receives it.
 fn js_op(row: &Json) -> JsValue {
     let op = Object::new();
@@ -208,10 +216,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
         let op: JsValue = Array::of1(&js_op(&todo(i))).into();
         let request = format!("bench:{i}");
         let t0 = now();
-        let text = match plain_json.dyn_ref::<js_sys::Function>() {
-            Some(f) => f.call1(&JsValue::NULL, &op)?.as_string(),
-            None => None,
-        };
+        let text = ops_text(&plain_json, &op)?;
         super::writes::transaction(&api, &op, text.as_deref(), Some(&request))?;
         storage.durable(&api_name).await?;
         api_ms.push(now() - t0);
@@ -262,10 +267,7 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     let js_ops: Array = (0..n).map(|i| js_op(&todo(i))).collect();
     let t0 = now();
     // As js/worker.js does: the ops as JSON text when they are plain data (`plainJson`).
-    let text = match plain_json.dyn_ref::<js_sys::Function>() {
-        Some(f) => f.call1(&JsValue::NULL, &js_ops)?.as_string(),
-        None => None,
-    };
+    let text = ops_text(&plain_json, &js_ops)?;
     let rows = super::writes::transaction(&api, &js_ops, text.as_deref(), Some("bench-request"))?;
     storage.durable(&name).await?;
     let api_ms = now() - t0;
