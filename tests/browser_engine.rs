@@ -307,3 +307,57 @@ async fn ops_text_the_parser_refuses_falls_back_to_the_values_and_their_error() 
     assert!(message.starts_with("ops[0].row.meta[0]") && message.contains("nested deeper"), "{message}");
     assert_eq!(e.get("todos".into(), "d".into()).unwrap(), JsValue::NULL);
 }
+
+/// `value.__proto__` as JSON.parse makes it: an own key, the prototype untouched.
+fn has_own_proto_key(value: &JsValue, expected: &str) {
+    let object: &js_sys::Object = value.unchecked_ref();
+    let descriptor = js_sys::Object::get_own_property_descriptor(object, &"__proto__".into());
+    assert!(!descriptor.is_undefined(), "__proto__ is not an own key of {:?}", js_sys::JSON::stringify(value));
+    assert_eq!(js_sys::JSON::stringify(&get(&descriptor, "value")).unwrap(), expected);
+    assert!(js_sys::Object::get_prototype_of(value) == js_sys::Object::get_prototype_of(&js_sys::Object::new()));
+    assert!(get(value, "polluted").is_undefined(), "the value became the prototype");
+}
+
+#[wasm_bindgen_test]
+async fn a_proto_key_comes_back_as_an_own_key_from_every_read_and_write() {
+    let inner = js(r#"{"__proto__": {"polluted": 1}}"#);
+    let converted = simplysync::web::convert::to_json(&inner, "v").unwrap();
+    has_own_proto_key(&simplysync::web::convert::to_js(&converted), r#"{"polluted":1}"#);
+
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("proto"), &[], false)).await.unwrap();
+    let row = js(r#"{"id": "p", "meta": {"__proto__": {"polluted": 1}}}"#);
+    let inserted = e.insert("todos".into(), row).unwrap();
+    has_own_proto_key(&get(&inserted, "meta"), r#"{"polluted":1}"#);
+    has_own_proto_key(&get(&e.get("todos".into(), "p".into()).unwrap(), "meta"), r#"{"polluted":1}"#);
+    let listed = Array::from(&e.list("todos".into(), JsValue::UNDEFINED).unwrap()).get(0);
+    has_own_proto_key(&get(&listed, "meta"), r#"{"polluted":1}"#);
+}
+
+#[wasm_bindgen_test]
+async fn malformed_ops_are_refused_naming_the_op_and_the_field_whether_sent_as_text_or_values() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("ops-bad"), &[], false)).await.unwrap();
+    let ok = r#"{"op": "insert", "table": "todos", "row": {"id": "ok"}}"#;
+    let cases = [
+        (r#"{"op": "insert"}"#.to_owned(), "ops must be an array"),
+        (format!("[{ok}, 7]"), "ops[1] must be an object"),
+        (format!(r#"[{ok}, {{"op": "insert", "row": {{}}}}]"#), "ops[1].table must be a string"),
+        (
+            r#"[{"op": "merge", "table": "todos"}]"#.to_owned(),
+            r#"ops[0].op "merge": use insert, update, upsert or delete"#,
+        ),
+        (r#"[{"table": "todos"}]"#.to_owned(), "ops[0].op must be one of: insert, update, upsert, delete"),
+        (r#"[{"op": "upsert", "table": "todos"}]"#.to_owned(), "ops[0].row is missing"),
+        (r#"[{"op": "update", "table": "todos", "id": "ok"}]"#.to_owned(), "ops[0].patch is missing"),
+        (r#"[{"op": "delete", "table": "todos", "id": 3}]"#.to_owned(), "ops[0].id must be a string"),
+    ];
+    for (ops, message) in cases {
+        for text in [Some(ops.clone()), None] {
+            let err = e.transaction(js(&ops), None, text.clone()).unwrap_err();
+            assert_eq!(get(&err, "code"), "INVALID_ARGUMENT", "{ops}");
+            assert_eq!(get(&err, "message"), message, "{ops} (as text: {})", text.is_some());
+        }
+    }
+    assert!(e.get("todos".into(), "ok".into()).unwrap().is_null(), "a refused transaction writes nothing");
+}

@@ -115,12 +115,31 @@ pub fn to_js(v: &Json) -> JsValue {
         Json::Object(map) => {
             let obj = Object::new();
             for (k, val) in map {
-                // Setting a property on a fresh plain object cannot fail.
-                let _ = Reflect::set(&obj, &string_to_js(k), &to_js(val));
+                let (key, value) = (string_to_js(k), to_js(val));
+                if k.as_str() == Some("__proto__") {
+                    // `Reflect.set` would run `Object.prototype`'s setter (changing the object's
+                    // prototype, or nothing) instead of making the column an own key, as
+                    // `JSON.parse` does.
+                    own_data_property(&obj, &key, &value);
+                } else {
+                    // Setting a property on a fresh plain object cannot fail.
+                    let _ = Reflect::set(&obj, &key, &value);
+                }
             }
             obj.into()
         }
     }
+}
+
+/// Defines `key` on `obj` as an ordinary own property (enumerable, writable, configurable).
+fn own_data_property(obj: &Object, key: &JsValue, value: &JsValue) {
+    let descriptor = Object::new();
+    let flags = [("writable", JsValue::TRUE), ("enumerable", JsValue::TRUE), ("configurable", JsValue::TRUE)];
+    for (name, v) in [("value", value.clone())].into_iter().chain(flags) {
+        let _ = Reflect::set(&descriptor, &JsValue::from_str(name), &v);
+    }
+    // Defining a property on a fresh plain object cannot fail.
+    let _ = Reflect::define_property(obj, key, &descriptor);
 }
 
 /// A JSON value as a JS value through `JSON.parse` of its canonical JSON, as [`array_to_js`]

@@ -12,7 +12,7 @@ use js_sys::{Array, Function, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{array_to_js, json_to_js, serde_text_to_js, serde_to_js, to_js};
+use super::convert::{array_to_js, json_to_js, serde_text_to_js, serde_to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
 use super::writes::{self, arg_json, bad_arg};
@@ -395,7 +395,7 @@ impl WebEngine {
     fn write_op(&self, op: Op) -> Result<JsValue, JsValue> {
         let rows = self.engine()?.transaction(std::slice::from_ref(&op)).map_err(err)?;
         self.after_write();
-        Ok(rows.first().map_or(JsValue::NULL, to_js))
+        Ok(rows.first().map_or(JsValue::NULL, json_to_js))
     }
 
     /// The public owner id.

@@ -34,12 +34,7 @@ async fn retry_quarantined_counts_events_it_releases_as_stale_too() {
     let a = Device::new(&secret, &[&relay.url]);
     a.engine.insert("todos", todo("q", "old version")).unwrap();
     a.sync().await;
-    let envelope: String = {
-        let db = rusqlite::Connection::open(&relay.db).unwrap();
-        db.query_row("SELECT envelope FROM events", [], |r| r.get(0)).unwrap()
-    };
-    let event_id =
-        serde_json::from_str::<serde_json::Value>(&envelope).unwrap()["eventId"].as_str().unwrap().to_owned();
+    let (event_id, envelope) = newest_event(&relay);
     let path = temp_dir("retry-stale").join("b.sqlite");
     let spec = || DeviceSpec {
         secret: &secret,
@@ -67,6 +62,57 @@ async fn retry_quarantined_counts_events_it_releases_as_stale_too() {
     assert_eq!(b.engine.retry_quarantined().unwrap(), 1, "released as stale, and counted");
     assert!(b.engine.quarantined().unwrap().is_empty());
     assert_eq!(b.todos()[0].1.as_str(), Some("newer, from b"), "the newer version stays");
+}
+
+/// The event id and envelope of the newest event `relay` stores.
+fn newest_event(relay: &TestRelay) -> (String, String) {
+    let db = rusqlite::Connection::open(&relay.db).unwrap();
+    let envelope: String =
+        db.query_row("SELECT envelope FROM events ORDER BY seq DESC LIMIT 1", [], |r| r.get(0)).unwrap();
+    let id = serde_json::from_str::<serde_json::Value>(&envelope).unwrap()["eventId"].as_str().unwrap().to_owned();
+    (id, envelope)
+}
+
+fn has_seen(d: &Device, event_id: &str) -> bool {
+    let q = "SELECT event_id FROM _sync_seen WHERE event_id = ?1";
+    !d.engine.query(q, &[Json::from(event_id)]).unwrap().is_empty()
+}
+
+#[tokio::test]
+async fn a_quarantined_event_of_a_purged_row_is_released_as_stale_and_recorded_as_seen() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("x", "a's old version")).unwrap();
+    a.sync().await;
+    let (event_id, envelope) = newest_event(&relay);
+    // B never pulled it: B wrote x itself later, deleted and purged it.
+    let path = temp_dir("retry-purged").join("b.sqlite");
+    let spec = || DeviceSpec {
+        secret: &secret,
+        relays: vec![],
+        schema: todo_schema(1, &[]),
+        db_path: Some(path.clone()),
+        clock_ms: T0 + 60_000,
+    };
+    let b = Device::open(spec());
+    b.engine.upsert("todos", todo("x", "b's")).unwrap();
+    b.engine.delete("todos", "x").unwrap();
+    b.engine.purge_deleted().unwrap();
+    drop(b);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
+             VALUES (?1, ?2, ?3, 'AUTH_FAILED', 'old bug', 0)",
+            rusqlite::params![relay.url, event_id, envelope],
+        )
+        .unwrap();
+    let b = Device::open(spec());
+    assert!(!has_seen(&b, &event_id));
+    assert_eq!(b.engine.retry_quarantined().unwrap(), 1, "released as stale");
+    assert!(b.engine.get("todos", "x").unwrap().is_none(), "the purged row stays purged");
+    assert!(has_seen(&b, &event_id), "and recorded as seen: the relay's copy is a duplicate");
 }
 
 #[tokio::test]
@@ -99,9 +145,11 @@ async fn a_purge_holds_in_the_very_first_pass_after_it() {
     a.engine.delete("todos", "x").unwrap();
     a.engine.purge_deleted().unwrap();
     // The first pass after the purge pulls B's edit (before compacting): it must not revive x.
+    let (b_edit, _) = newest_event(&relay);
     let r = a.sync().await;
     assert_eq!(r.relays[0].received, 1, "{r:?}");
     assert!(a.engine.get("todos", "x").unwrap().is_none(), "the purged row stays purged");
+    assert!(has_seen(&a, &b_edit), "the stale event keeps its place in the seen set");
 }
 
 #[test]
@@ -166,6 +214,27 @@ fn request_ids_are_forgotten_after_a_day_swept_at_most_every_ten_minutes() {
     assert_eq!(replayed.unwrap()[0].get("id").and_then(Json::as_str), Some("c"), "and still answers");
     let again = d.engine.transaction_once("r:1", &[Op::Insert { table: "todos".into(), row: todo("a", "x") }]);
     assert_eq!(again.unwrap_err().code(), "ALREADY_EXISTS", "a forgotten id applies again");
+}
+
+#[test]
+fn request_ids_are_still_swept_after_the_clock_went_back() {
+    const DAY: u64 = 24 * 3600 * 1000;
+    const MINUTE: u64 = 60_000;
+    let d = Device::new(&phrase(), &[]);
+    let start = simplysync::engine::io::Clock::now_ms(d.clock.as_ref());
+    let write = |request: &str, id: &str| {
+        d.engine.transaction_once(request, &[Op::Insert { table: "todos".into(), row: todo(id, "x") }]).unwrap();
+    };
+    write("r:1", "a");
+    d.clock.set(start + 10 * DAY); // the clock jumped ahead: this write sweeps there
+    write("r:2", "b");
+    d.clock.set(start + MINUTE); // and came back
+    write("r:3", "c");
+    d.clock.advance(DAY + 1);
+    write("r:4", "d"); // a day after r:3 by the corrected clock
+    let kept = d.engine.query("SELECT id FROM _sync_requests ORDER BY id", &[]).unwrap();
+    let kept: Vec<_> = kept.iter().filter_map(|r| r.get("id").and_then(Json::as_str)).collect();
+    assert_eq!(kept, ["r:2", "r:4"], "r:3 is forgotten a day later, not ten days later");
 }
 
 #[tokio::test]

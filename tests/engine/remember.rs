@@ -562,6 +562,7 @@ async fn a_quarantined_event_that_is_valid_after_all_is_released_by_retry_quaran
     assert_eq!(b.engine.quarantined().unwrap().len(), 2);
     assert_eq!(b.engine.retry_quarantined().unwrap(), 2, "both released");
     assert_eq!(b.todos().len(), 2, "and applied");
+    assert_eq!(b.count("_sync_seen"), 2, "and recorded as seen: the relay's copies are duplicates");
     assert!(b.engine.quarantined().unwrap().is_empty());
     assert_eq!(b.engine.retry_quarantined().unwrap(), 0);
 }
