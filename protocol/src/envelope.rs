@@ -2,7 +2,7 @@
 //! JSON of the envelope header as additional data, so a relay can neither read a payload nor
 //! rebind it to another owner, event, device, time or stream.
 
-use aes_gcm::aead::{Aead, Payload};
+use aes_gcm::aead::{Aead, AeadInOut, Payload};
 use aes_gcm::{Aes256Gcm, Nonce};
 use serde::{Deserialize, Serialize};
 
@@ -266,7 +266,8 @@ pub fn decrypt_envelope_bytes(identity: &Identity, envelope: &SyncEnvelope) -> R
             reason: format!("{} bytes is shorter than the 16-byte GCM tag", ciphertext.len()),
         });
     }
-    open(identity.cipher(), &nonce, &ciphertext, envelope.aad().as_bytes()).ok_or(CryptoError::AuthenticationFailed)
+    open_in_place(identity.cipher(), &nonce, ciphertext, envelope.aad().as_bytes())
+        .ok_or(CryptoError::AuthenticationFailed)
 }
 
 pub(crate) fn seal(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], plaintext: &[u8], aad: &[u8]) -> Vec<u8> {
@@ -277,4 +278,16 @@ pub(crate) fn seal(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], plaintext: &[u8]
 
 pub(crate) fn open(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], ciphertext: &[u8], aad: &[u8]) -> Option<Vec<u8>> {
     cipher.decrypt(&Nonce::from(*nonce), Payload { msg: ciphertext, aad }).ok()
+}
+
+/// [`open`] in the ciphertext's own buffer (the tag is checked before anything is decrypted):
+/// a received event's decoded ciphertext is not copied into a second allocation.
+pub(crate) fn open_in_place(
+    cipher: &Aes256Gcm,
+    nonce: &[u8; NONCE_LEN],
+    mut ciphertext: Vec<u8>,
+    aad: &[u8],
+) -> Option<Vec<u8>> {
+    cipher.decrypt_in_place(&Nonce::from(*nonce), aad, &mut ciphertext).ok()?;
+    Some(ciphertext)
 }

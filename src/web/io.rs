@@ -68,7 +68,9 @@ impl FetchTransport {
             return Ok(HttpResponse { status, body: Vec::new(), retry_after });
         };
         let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
-        let mut body = Vec::new();
+        // Sized once from the declared length (a pulled page is ~1 MB): no regrowing and
+        // re-copying as the chunks arrive.
+        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
         loop {
             let step = JsFuture::from(reader.read()).await?;
             if js_sys::Reflect::get(&step, &"done".into())?.as_bool().unwrap_or(true) {
