@@ -83,12 +83,11 @@ pub fn write_str_literal(s: &str, out: &mut String) {
 fn write_escaped_str(text: &str, out: &mut String) {
     let bytes = text.as_bytes();
     let mut start = 0;
-    for (i, &b) in bytes.iter().enumerate() {
-        if b < 0x20 || b == b'"' || b == b'\\' {
-            out.push_str(&text[start..i]);
-            write_escaped_char(b as char, out);
-            start = i + 1;
-        }
+    while let Some(n) = super::scan::first_special(&bytes[start..]) {
+        let i = start + n;
+        out.push_str(&text[start..i]);
+        write_escaped_char(bytes[i] as char, out);
+        start = i + 1;
     }
     out.push_str(&text[start..]);
 }

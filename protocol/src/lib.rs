@@ -19,6 +19,7 @@ pub mod identity;
 pub mod json;
 pub mod json_parse;
 pub mod payload;
+mod scan;
 pub mod sealed_box;
 pub mod time;
 pub mod wire;
