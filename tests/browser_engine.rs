@@ -308,30 +308,38 @@ async fn ops_text_the_parser_refuses_falls_back_to_the_values_and_their_error() 
     assert_eq!(e.get("todos".into(), "d".into()).unwrap(), JsValue::NULL);
 }
 
-/// `value.__proto__` as JSON.parse makes it: an own key, the prototype untouched.
-fn has_own_proto_key(value: &JsValue, expected: &str) {
+/// `value.__proto__` as JSON.parse makes it: an own, enumerable key (so JSON.stringify keeps
+/// it), the prototype untouched.
+fn assert_own_proto_key(value: &JsValue) {
     let object: &js_sys::Object = value.unchecked_ref();
     let descriptor = js_sys::Object::get_own_property_descriptor(object, &"__proto__".into());
     assert!(!descriptor.is_undefined(), "__proto__ is not an own key of {:?}", js_sys::JSON::stringify(value));
-    assert_eq!(js_sys::JSON::stringify(&get(&descriptor, "value")).unwrap(), expected);
+    assert_eq!(js_sys::JSON::stringify(value).unwrap(), r#"{"__proto__":{"polluted":1}}"#);
     assert!(js_sys::Object::get_prototype_of(value) == js_sys::Object::get_prototype_of(&js_sys::Object::new()));
     assert!(get(value, "polluted").is_undefined(), "the value became the prototype");
 }
 
 #[wasm_bindgen_test]
-async fn a_proto_key_comes_back_as_an_own_key_from_every_read_and_write() {
+async fn a_proto_key_comes_back_as_an_own_key_from_the_conversion_writes_and_reads() {
     let inner = js(r#"{"__proto__": {"polluted": 1}}"#);
     let converted = simplysync::web::convert::to_json(&inner, "v").unwrap();
-    has_own_proto_key(&simplysync::web::convert::to_js(&converted), r#"{"polluted":1}"#);
+    assert_own_proto_key(&simplysync::web::convert::to_js(&converted));
 
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let e = open(secret, options(&unique("proto"), &[], false)).await.unwrap();
-    let row = js(r#"{"id": "p", "meta": {"__proto__": {"polluted": 1}}}"#);
-    let inserted = e.insert("todos".into(), row).unwrap();
-    has_own_proto_key(&get(&inserted, "meta"), r#"{"polluted":1}"#);
-    has_own_proto_key(&get(&e.get("todos".into(), "p".into()).unwrap(), "meta"), r#"{"polluted":1}"#);
-    let listed = Array::from(&e.list("todos".into(), JsValue::UNDEFINED).unwrap()).get(0);
-    has_own_proto_key(&get(&listed, "meta"), r#"{"polluted":1}"#);
+    let inserted = e.insert("todos".into(), js(r#"{"id": "p", "meta": {"__proto__": {"polluted": 1}}}"#)).unwrap();
+    assert_own_proto_key(&get(&inserted, "meta"));
+    let ops = js(r#"[{"op": "insert", "table": "todos", "row": {"id": "q", "meta": {"__proto__": {"polluted": 1}}}}]"#);
+    let text = plain_json(&ops).as_string();
+    assert!(text.is_some(), "an own __proto__ key is plain data");
+    let written = Array::from(&e.transaction(ops, None, text).unwrap()).get(0);
+    assert_own_proto_key(&get(&written, "meta"));
+    assert_own_proto_key(&get(&e.get("todos".into(), "p".into()).unwrap(), "meta"));
+    let listed = Array::from(&e.list("todos".into(), JsValue::UNDEFINED).unwrap());
+    assert_eq!(listed.length(), 2);
+    for row in listed.iter() {
+        assert_own_proto_key(&get(&row, "meta"));
+    }
 }
 
 #[wasm_bindgen_test]
@@ -359,5 +367,8 @@ async fn malformed_ops_are_refused_naming_the_op_and_the_field_whether_sent_as_t
             assert_eq!(get(&err, "message"), message, "{ops} (as text: {})", text.is_some());
         }
     }
+    // The text, when it parses, is what is read: here it is malformed and the values are not.
+    let err = e.transaction(js(&format!("[{ok}]")), None, Some("[7]".into())).unwrap_err();
+    assert_eq!(get(&err, "message"), "ops[0] must be an object");
     assert!(e.get("todos".into(), "ok".into()).unwrap().is_null(), "a refused transaction writes nothing");
 }

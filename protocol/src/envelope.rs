@@ -280,8 +280,8 @@ pub(crate) fn open(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], ciphertext: &[u8
     cipher.decrypt(&Nonce::from(*nonce), Payload { msg: ciphertext, aad }).ok()
 }
 
-/// [`open`] in the ciphertext's own buffer (the tag is checked before anything is decrypted):
-/// a received event's decoded ciphertext is not copied into a second allocation.
+/// [`open`] in the ciphertext's own buffer, which is dropped unread when the tag does not
+/// match: a received event's decoded ciphertext is not copied into a second allocation.
 pub(crate) fn open_in_place(
     cipher: &Aes256Gcm,
     nonce: &[u8; NONCE_LEN],

@@ -2,13 +2,15 @@
 //! below U+0020 — eight bytes at a time. Writing canonical JSON (every row answered, every
 //! request recorded, every envelope's header) and parsing it (every received payload, every
 //! batch of ops) spend most of their string time looking for these bytes in text that has none.
+//! Only the search lives here: how each byte is escaped or unescaped (and lone surrogates) is
+//! the business of `canonical` and `json_parse`.
 
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGHS: u64 = 0x8080_8080_8080_8080;
 
 /// Whether `b` must be escaped inside a JSON string (and ends a run of plain string content).
 #[inline]
-pub(crate) fn is_special(b: u8) -> bool {
+fn is_special(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 

@@ -143,8 +143,8 @@ fn own_data_property(obj: &Object, key: &JsValue, value: &JsValue) {
 }
 
 /// A JSON value as a JS value through `JSON.parse` of its canonical JSON, as [`array_to_js`]
-/// does for many: rows read back (`get`) are built the same way as rows listed, so a key such
-/// as `__proto__` is an own key in both (`Reflect.set` would run its setter instead).
+/// does for many: one string across instead of a call out of the module per key and value, and
+/// the same values as [`to_js`] (a key such as `__proto__` is an own key in both).
 pub fn json_to_js(v: &Json) -> JsValue {
     js_sys::JSON::parse(&crate::protocol::to_canonical_json(v)).unwrap_or_else(|_| to_js(v))
 }

@@ -31,6 +31,9 @@ pub(crate) fn js_message(e: &JsValue) -> String {
         .unwrap_or_else(|| format!("{e:?}"))
 }
 
+/// How much of a response's declared length is reserved before its bytes arrive.
+const RESERVE_MAX: u64 = 4 * 1024 * 1024;
+
 /// HTTP through `fetch`, each request aborted at its deadline (`AbortController`; the body's
 /// download included).
 #[derive(Debug, Default, Clone, Copy)]
@@ -69,8 +72,11 @@ impl FetchTransport {
         };
         let reader: ReadableStreamDefaultReader = stream.get_reader().unchecked_into();
         // Sized once from the declared length (a pulled page is ~1 MB): no regrowing and
-        // re-copying as the chunks arrive.
-        let mut body = Vec::with_capacity(declared.unwrap_or(0) as usize);
+        // re-copying as the chunks arrive. Only up to RESERVE_MAX ahead of the bytes (a relay may
+        // declare more than it sends), and a reservation that fails just leaves it to growth.
+        let mut body = Vec::new();
+        let ahead = declared.map_or(0, |n| n.min(RESERVE_MAX));
+        let _ = body.try_reserve_exact(usize::try_from(ahead).unwrap_or(0));
         loop {
             let step = JsFuture::from(reader.read()).await?;
             if js_sys::Reflect::get(&step, &"done".into())?.as_bool().unwrap_or(true) {

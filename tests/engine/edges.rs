@@ -1,9 +1,10 @@
 //! Small rules at the edges that each fail a test when broken (found unchecked by
-//! cargo-mutants): row id bounds on every kind of write, what `retry_quarantined` counts, what
-//! a purge removes, a purge holding from the first pass after it, a re-sent transaction, and a
-//! 404 that only `/v1/status` confirms.
+//! cargo-mutants): row id bounds on every kind of write, what `retry_quarantined` counts and
+//! records as seen, what a purge removes, a purge holding from the first pass after it (its
+//! stale event kept in the seen set), a re-sent transaction, when request ids are swept (also
+//! after the clock went back), and a 404 that only `/v1/status` confirms.
 
-use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
+use crate::harness::{phrase, quarantine_by_hand, temp_dir, todo, Device, DeviceSpec, TestRelay, T0};
 use simplysync::engine::io::HttpRequest;
 use simplysync::engine::Op;
 use simplysync::protocol::{to_canonical_json, Json};
@@ -34,29 +35,16 @@ async fn retry_quarantined_counts_events_it_releases_as_stale_too() {
     let a = Device::new(&secret, &[&relay.url]);
     a.engine.insert("todos", todo("q", "old version")).unwrap();
     a.sync().await;
-    let (event_id, envelope) = newest_event(&relay);
+    let (_, envelope) = newest_event(&relay);
     let path = temp_dir("retry-stale").join("b.sqlite");
-    let spec = || DeviceSpec {
-        secret: &secret,
-        relays: vec![relay.url.clone()],
-        schema: todo_schema(1, &[]),
-        db_path: Some(path.clone()),
-        clock_ms: T0 + 60_000,
-    };
+    let spec = || DeviceSpec::on_file(&secret, &[&relay.url], &path, T0 + 60_000);
     let b = Device::open(spec());
     b.sync().await;
     // B writes the row itself later: the version on the relay is older than B's.
     b.engine.upsert("todos", todo("q", "newer, from b")).unwrap();
     drop(b);
     // An older engine had quarantined the relay's event (say, through a bug).
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute(
-            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
-             VALUES (?1, ?2, ?3, 'AUTH_FAILED', 'old bug', 0)",
-            rusqlite::params![relay.url, event_id, envelope],
-        )
-        .unwrap();
+    quarantine_by_hand(&path, &relay.url, &envelope, 0);
     let b = Device::open(spec());
     assert_eq!(b.engine.quarantined().unwrap().len(), 1);
     assert_eq!(b.engine.retry_quarantined().unwrap(), 1, "released as stale, and counted");
@@ -88,26 +76,13 @@ async fn a_quarantined_event_of_a_purged_row_is_released_as_stale_and_recorded_a
     let (event_id, envelope) = newest_event(&relay);
     // B never pulled it: B wrote x itself later, deleted and purged it.
     let path = temp_dir("retry-purged").join("b.sqlite");
-    let spec = || DeviceSpec {
-        secret: &secret,
-        relays: vec![],
-        schema: todo_schema(1, &[]),
-        db_path: Some(path.clone()),
-        clock_ms: T0 + 60_000,
-    };
+    let spec = || DeviceSpec::on_file(&secret, &[], &path, T0 + 60_000);
     let b = Device::open(spec());
     b.engine.upsert("todos", todo("x", "b's")).unwrap();
     b.engine.delete("todos", "x").unwrap();
     b.engine.purge_deleted().unwrap();
     drop(b);
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute(
-            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
-             VALUES (?1, ?2, ?3, 'AUTH_FAILED', 'old bug', 0)",
-            rusqlite::params![relay.url, event_id, envelope],
-        )
-        .unwrap();
+    quarantine_by_hand(&path, &relay.url, &envelope, 0);
     let b = Device::open(spec());
     assert!(!has_seen(&b, &event_id));
     assert_eq!(b.engine.retry_quarantined().unwrap(), 1, "released as stale");

@@ -351,6 +351,33 @@ pub struct DeviceSpec<'a> {
     pub clock_ms: u64,
 }
 
+impl<'a> DeviceSpec<'a> {
+    /// A device with the todo schema on the database file `path`, its clock at `clock_ms`.
+    pub fn on_file(secret: &'a str, relays: &[&str], path: &Path, clock_ms: u64) -> DeviceSpec<'a> {
+        DeviceSpec {
+            secret,
+            relays: relays.iter().map(|s| s.to_string()).collect(),
+            schema: todo_schema(1, &[]),
+            db_path: Some(path.to_owned()),
+            clock_ms,
+        }
+    }
+}
+
+/// Puts `envelope` (received from `relay`) into the quarantine of the closed database at
+/// `path`, as an older engine with a bug would have left it.
+pub fn quarantine_by_hand(path: &Path, relay: &str, envelope: &str, at: i64) {
+    let id = serde_json::from_str::<serde_json::Value>(envelope).unwrap()["eventId"].as_str().unwrap().to_owned();
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute(
+            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at)
+             VALUES (?1, ?2, ?3, 'AUTH_FAILED', 'old bug', ?4)",
+            rusqlite::params![relay, id, envelope, at],
+        )
+        .unwrap();
+}
+
 impl Device {
     pub fn open(spec: DeviceSpec<'_>) -> Device {
         Device::try_open(spec).unwrap()

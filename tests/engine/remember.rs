@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::harness::{phrase, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
+use crate::harness::{phrase, quarantine_by_hand, temp_dir, todo, todo_schema, Device, DeviceSpec, TestRelay, T0};
 use simplysync::engine::{RelayState, SyncTrigger};
 use simplysync::protocol::Json;
 
@@ -12,13 +12,7 @@ fn on_file(secret: &str, relays: &[&str], path: &Path) -> Device {
 }
 
 fn spec<'a>(secret: &'a str, relays: &[&str], path: &Path) -> DeviceSpec<'a> {
-    DeviceSpec {
-        secret,
-        relays: relays.iter().map(|s| s.to_string()).collect(),
-        schema: todo_schema(1, &[]),
-        db_path: Some(path.to_owned()),
-        clock_ms: T0,
-    }
+    DeviceSpec::on_file(secret, relays, path, T0)
 }
 
 fn db_file(tag: &str) -> PathBuf {
@@ -548,16 +542,9 @@ async fn a_quarantined_event_that_is_valid_after_all_is_released_by_retry_quaran
     let path = db_file("requarantine");
     let b = on_file(&secret, &[], &path);
     drop(b);
-    let conn = rusqlite::Connection::open(&path).unwrap();
     for (i, e) in env.iter().enumerate() {
-        let id = serde_json::from_str::<serde_json::Value>(e).unwrap()["eventId"].as_str().unwrap().to_owned();
-        conn.execute(
-            "INSERT INTO _sync_quarantine (relay, event_id, envelope_json, reason, detail, at) VALUES ('r', ?1, ?2, 'AUTH_FAILED', 'old bug', ?3)",
-            rusqlite::params![id, e, i as i64],
-        )
-        .unwrap();
+        quarantine_by_hand(&path, "r", e, i as i64);
     }
-    drop(conn);
     let b = on_file(&secret, &[], &path);
     assert_eq!(b.engine.quarantined().unwrap().len(), 2);
     assert_eq!(b.engine.retry_quarantined().unwrap(), 2, "both released");
