@@ -261,6 +261,10 @@ if (r.restore) {
     row(`${label}: OPFS write calls (of them < 512 bytes) · MB · ms inside them (median run)`,
       `${fmt(w.calls)} (${fmt(w.small)}) · ${fmt(w.bytes / 1e6, 1)} · ${fmt(w.ms)}`, `${fmt((w.ms / ms) * 100)}% of the run`);
   };
+  if (r.restoreListened) {
+    const rateL = r.restoreListened.map((x) => (x.events / x.ms) * 1000);
+    row('restore with the package\'s listeners (each page\'s change event and progress to JS, posted to the page), events/s', spread(rateL), `vs without ×${fmt(median(rateL) / median(rate), 2)}; ${fmt(r.restoreListenedTold)} events told per run`);
+  }
   writes('restore', r.restoreWrites, total);
   row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
   if (r.reopen) {

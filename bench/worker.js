@@ -99,6 +99,19 @@ self.onmessage = async ({ data }) => {
         results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
         results.restoreWrites.push(writes.take());
       }
+      // As the package's worker runs it: each page's change event and progress to JS and posted
+      // to the page (js/worker.js's onChange / onProgress).
+      log('restore, with the package\'s listeners');
+      let told = 0;
+      const post = (event) => (data) => {
+        told += 1;
+        self.postMessage({ event, data });
+      };
+      const listeners = { change: post('change'), progress: post('progress') };
+      results.restoreListened = [];
+      for (let i = 0; i < runs; i++) results.restoreListened.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, listeners));
+      results.restoreListenedTold = told / runs;
+      writes.take();
       log('reopen after a tab died');
       results.reopen = [];
       for (let i = 0; i < Math.min(runs, 3); i++) results.reopen.push(await bench.benchReopen(100000));

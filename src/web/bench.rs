@@ -395,11 +395,25 @@ pub async fn bench_raw_load(n: u32, pages: JsValue) -> Result<JsValue, JsValue> 
     Ok(serde_to_js(&serde_json::json!({ "rows": n, "ms": now() - t0 })))
 }
 
-/// A fresh device restores everything `secret` has on `relay`.
+/// A fresh device restores everything `secret` has on `relay`. With `listeners`
+/// (`{change, progress}` functions), the engine tells them as the package's worker is told
+/// (`onChange`, `onProgress`: each page's change event and progress as JS values).
 #[wasm_bindgen(js_name = benchRestore)]
-pub async fn bench_restore(secret: String, relay: String, pages: JsValue) -> Result<JsValue, JsValue> {
+pub async fn bench_restore(
+    secret: String,
+    relay: String,
+    pages: JsValue,
+    listeners: JsValue,
+) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (e, name) = storage.engine(&secret, vec![relay], "restore").await?;
+    let listener = |key: &str| Reflect::get(&listeners, &JsValue::from_str(key)).ok().and_then(|f| f.dyn_into().ok());
+    if let Some(f) = listener("change") {
+        super::engine::forward_changes(&e, f);
+    }
+    if let Some(f) = listener("progress") {
+        super::engine::forward_progress(&e, f);
+    }
     let t0 = now();
     let report = e.sync(SyncTrigger::Manual).await.map_err(js_err)?;
     storage.durable(&name).await?;

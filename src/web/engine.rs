@@ -669,10 +669,7 @@ impl WebEngine {
     /// Calls `callback({source, tables, rows})` after each committed batch of changes.
     #[wasm_bindgen(js_name = onChange)]
     pub fn on_change(&self, callback: Function) -> Result<f64, JsValue> {
-        let id = self.engine()?.subscribe(None, move |e| {
-            // A change event names every row it touched: thousands after a bulk write or a page.
-            let _ = callback.call1(&JsValue::NULL, &serde_text_to_js(e));
-        });
+        let id = forward_changes(&*self.engine()?, callback);
         self.inner.callbacks.borrow_mut().push(id);
         Ok(id as f64)
     }
@@ -689,10 +686,7 @@ impl WebEngine {
     /// Calls `callback(progress)` during pulls.
     #[wasm_bindgen(js_name = onProgress)]
     pub fn on_progress(&self, callback: Function) -> Result<f64, JsValue> {
-        let id = self.engine()?.on_progress(move |p| {
-            let _ = callback.call1(&JsValue::NULL, &serde_to_js(p));
-        });
-        Ok(id as f64)
+        Ok(forward_progress(&*self.engine()?, callback) as f64)
     }
 
     /// Removes a callback registered with `onChange`, `onStatus` or `onProgress`.
@@ -729,6 +723,22 @@ impl WebEngine {
     pub fn stored_wrapped_secret(&self) -> Result<Option<String>, JsValue> {
         self.engine()?.wrapped_secret().map_err(err)
     }
+}
+
+/// Calls `callback({source, tables, rows})` after each committed batch of changes of `engine`
+/// (`Engine.onChange`; the benchmark's restore uses it too).
+pub(crate) fn forward_changes(engine: &crate::engine::Engine, callback: Function) -> u64 {
+    engine.subscribe(None, move |e| {
+        // A change event names every row it touched: thousands after a bulk write or a page.
+        let _ = callback.call1(&JsValue::NULL, &serde_text_to_js(e));
+    })
+}
+
+/// Calls `callback(progress)` during `engine`'s pulls (`Engine.onProgress`).
+pub(crate) fn forward_progress(engine: &crate::engine::Engine, callback: Function) -> u64 {
+    engine.on_progress(move |p| {
+        let _ = callback.call1(&JsValue::NULL, &serde_to_js(p));
+    })
 }
 
 /// Deletes the files of database `dbName` (OPFS pool of this worker) and forgets its
