@@ -110,6 +110,11 @@ fn a_header_field_counts_its_json_escapes_as_serde_json_writes_them() {
     for c in (0u8..0x80).map(char::from).chain(['é', '€', '😀', '\u{2028}']) {
         let s = format!("a{c}{c}b");
         assert_eq!(json_text_len(&s), serde_json::to_string(&s).unwrap().len(), "{s:?}");
+        // Long enough to be scanned eight bytes at a time, the special byte at every offset.
+        for at in 0..20 {
+            let long = format!("{}{c}{}", "x".repeat(at), "y".repeat(20 - at));
+            assert_eq!(json_text_len(&long), serde_json::to_string(&long).unwrap().len(), "{long:?}");
+        }
     }
     assert_eq!(json_text_len(""), 2);
 }
