@@ -89,8 +89,19 @@ fn truth(relay: &Relay, owner: &Owner) -> (u64, u64, u64) {
             })
             .collect(),
         None => {
+            // The SQLite file stores events under the owner's integer key.
+            let key = format!("owner_key = (SELECT owner_key FROM owners WHERE owner_id = '{}')", owner.owner_id());
             let c = rusqlite::Connection::open(&relay.db).unwrap();
-            queries.iter().map(|q| c.query_row(q, [], |r| r.get::<_, i64>(0)).unwrap() as u64).collect()
+            queries
+                .iter()
+                .map(|q| {
+                    q.replace(
+                        &format!("FROM events WHERE owner_id = '{}'", owner.owner_id()),
+                        &format!("FROM events WHERE {key}"),
+                    )
+                })
+                .map(|q| c.query_row(&q, [], |r| r.get::<_, i64>(0)).unwrap() as u64)
+                .collect()
         }
     };
     (n[0], n[1], n[2] + n[3])

@@ -133,6 +133,17 @@ async fn the_database_password_never_reaches_the_log() {
 
 #[tokio::test]
 async fn a_sqlite_relay_imported_into_postgres_keeps_its_epoch_seqs_and_cursors() {
+    sqlite_relay_imported_into_postgres(false).await;
+}
+
+#[tokio::test]
+async fn a_sqlite_relay_of_the_earlier_layout_imports_the_same() {
+    sqlite_relay_imported_into_postgres(true).await;
+}
+
+/// With `earlier_layout`, the SQLite file is turned back into layout 2 (events under the owner
+/// id) before the import, as a relay not yet upgraded leaves it.
+async fn sqlite_relay_imported_into_postgres(earlier_layout: bool) {
     let mut old = Relay::start_on(Backend::Sqlite, &[]);
     let (alice, bob) = (Owner::new(), Owner::new());
     old.push(&alice, &[alice.event("a", 1), alice.event("b", 2)]).await;
@@ -148,6 +159,9 @@ async fn a_sqlite_relay_imported_into_postgres_keeps_its_epoch_seqs_and_cursors(
     let usage = old.status_of(&alice).await.json()["account"].clone();
     old.send_sigterm();
     old.wait_exit();
+    if earlier_layout {
+        common::downgrade_to_layout(&old.db, true);
+    }
 
     let url = common::fresh_pg_database();
     let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))

@@ -97,13 +97,7 @@ async fn a_database_from_a_newer_relay_is_refused_with_its_version_named() {
     let mut relay = Relay::start(&[]);
     relay.stop();
     rusqlite::Connection::open(&relay.db).unwrap().execute_batch("PRAGMA user_version = 99").unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
-        .env("DB_PATH", &relay.db)
-        .env("PORT", "0")
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+    let err = refused_start(&relay.db);
     assert!(err.contains("schema version 99") && err.contains("newer relay"), "{err}");
 }
 
@@ -138,7 +132,7 @@ async fn a_seq_collision_is_an_error_never_a_silently_skipped_event() {
     // A damaged database: a row already holds the seq the next push will take.
     let c = rusqlite::Connection::open(&relay.db).unwrap();
     c.execute(
-        "INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes) VALUES (2, 'someone-else', 'x', NULL, '{}', 2)",
+        "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes) VALUES (2, 999, 'x', NULL, '{}', 2)",
         [],
     )
     .unwrap();
@@ -148,4 +142,116 @@ async fn a_seq_collision_is_an_error_never_a_silently_skipped_event() {
     r.assert_error(500, "internal");
     let (events, _) = relay.pull_all(&alice).await;
     assert_eq!(events.len(), 1, "nothing was reported stored that is not");
+}
+
+/// Starts the relay on `db` expecting it to refuse; returns what it printed to stderr. A relay
+/// that starts instead is stopped and the test fails (rather than waiting on a server forever).
+fn refused_start(db: &std::path::Path) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .env("DB_PATH", db)
+        .env("PORT", "0")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > Duration::from_secs(20) {
+            child.kill().unwrap();
+            panic!("the relay started on {} instead of refusing it", db.display());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(!out.status.success());
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn columns(db: &std::path::Path, table: &str) -> Vec<String> {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let mut stmt = c.prepare("SELECT name FROM pragma_table_info(?1)").unwrap();
+    stmt.query_map([table], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
+}
+
+async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
+    let mut relay = Relay::start(&[]);
+    let (alice, bob) = (Owner::new(), Owner::new());
+    relay.push(&bob, &[bob.event("x", 1), bob.event("y", 2)]).await;
+    let pushed = versions_of_three_rows(&relay, &alice).await;
+    let before = (relay.pull_all(&alice).await, relay.pull_all(&bob).await);
+    relay.stop();
+    common::downgrade_to_layout(&relay.db, counters);
+    assert!(columns(&relay.db, "events").contains(&"owner_id".to_owned()));
+
+    relay.restart();
+    assert!(columns(&relay.db, "events").contains(&"owner_key".to_owned()), "{:?}", columns(&relay.db, "events"));
+    let version: i64 =
+        rusqlite::Connection::open(&relay.db).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
+    assert_eq!(version, 3);
+    // Every event is where it was: same envelopes, same seqs, each owner's own.
+    assert_eq!((relay.pull_all(&alice).await, relay.pull_all(&bob).await), before);
+    let account = relay.status_of(&alice).await.json()["account"].clone();
+    assert_eq!((account["events"].as_u64(), account["streams"].as_u64()), (Some(6), Some(3)), "{account}");
+    // The owner's event ids still deduplicate, and its counters still move.
+    let again = relay.push(&alice, &pushed[..2]).await.json();
+    assert_eq!((again["accepted"].as_u64(), again["duplicate"].as_u64()), (Some(0), Some(2)), "{again}");
+    relay.push(&alice, &[alice.event("d", 7)]).await;
+    let account = relay.status_of(&alice).await.json()["account"].clone();
+    assert_eq!((account["events"].as_u64(), account["streams"].as_u64()), (Some(7), Some(4)), "{account}");
+    // A new owner gets a key of its own: neither sees the other's events.
+    let carol = Owner::new();
+    let carol_event = carol.event("z", 1);
+    relay.push(&carol, std::slice::from_ref(&carol_event)).await;
+    assert_eq!(relay.pull_all(&carol).await.0, vec![carol_event.clone()]);
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 7);
+    // Compaction and stream compaction find the re-keyed events.
+    relay.stop();
+    assert_eq!(relay.command(&["compact"])["deletedEvents"], 3);
+    relay.restart();
+    assert_eq!(relay.pull_all(&alice).await.0.len(), 4);
+    let stream = alice.event("a", 1).stream_id.unwrap();
+    let r = relay
+        .post_json(
+            "/v1/streams/compact",
+            Some(alice.token()),
+            json!({"ownerId": alice.owner_id(), "streamIds": [stream]}),
+        )
+        .await;
+    assert_eq!(r.json()["deletedEvents"], 1, "{:?}", r.json());
+    assert_eq!(relay.pull_all(&bob).await, before.1);
+}
+
+#[tokio::test]
+async fn a_database_of_layout_2_is_re_keyed_by_owner_on_open_and_keeps_every_event() {
+    earlier_layouts_are_re_keyed_by_owner_on_open(true).await;
+}
+
+#[tokio::test]
+async fn a_database_of_layout_1_gets_owner_keys_and_its_counters_on_open() {
+    earlier_layouts_are_re_keyed_by_owner_on_open(false).await;
+}
+
+#[tokio::test]
+async fn events_without_an_owner_stop_the_migration_and_stay_stored() {
+    let mut relay = Relay::start(&[]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    relay.stop();
+    common::downgrade_to_layout(&relay.db, true);
+    let c = rusqlite::Connection::open(&relay.db).unwrap();
+    c.execute(
+        "INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes) VALUES (9, 'nobody', 'x', NULL, '{}', 2)",
+        [],
+    )
+    .unwrap();
+    drop(c);
+    let err = refused_start(&relay.db);
+    assert!(err.contains("1 stored events belong to no owner row"), "{err}");
+    let c = rusqlite::Connection::open(&relay.db).unwrap();
+    let (version, events): (i64, i64) = (
+        c.query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap(),
+        c.query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap(),
+    );
+    assert_eq!((version, events), (2, 2), "the database is left as it was");
+    assert!(columns(&relay.db, "events").contains(&"owner_id".to_owned()));
 }

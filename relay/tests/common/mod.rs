@@ -578,3 +578,38 @@ pub async fn versions_of_three_rows(relay: &Relay, alice: &Owner) -> Vec<SyncEnv
     relay.push(alice, &events).await;
     events
 }
+
+/// Turns a database this relay wrote back into layout 2 (events under the 22-character owner
+/// id, the indexes of that layout, no owner keys) — and, with `counters: false`, layout 1.
+pub fn downgrade_to_layout(db: &std::path::Path, counters: bool) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.execute_batch(
+        "CREATE TABLE events_v2 (
+             seq       INTEGER PRIMARY KEY,
+             owner_id  TEXT NOT NULL,
+             event_id  TEXT NOT NULL,
+             stream_id TEXT,
+             envelope  TEXT NOT NULL,
+             bytes     INTEGER NOT NULL
+         );
+         INSERT INTO events_v2 SELECT e.seq, o.owner_id, e.event_id, e.stream_id, e.envelope, e.bytes
+           FROM events AS e JOIN owners AS o ON o.owner_key = e.owner_key;
+         DROP TABLE events;
+         ALTER TABLE events_v2 RENAME TO events;
+         CREATE UNIQUE INDEX events_by_owner_event ON events (owner_id, event_id);
+         CREATE INDEX events_by_owner_seq ON events (owner_id, seq);
+         CREATE INDEX events_by_owner_stream ON events (owner_id, stream_id, event_id) WHERE stream_id IS NOT NULL;
+         DROP INDEX owners_by_key;
+         ALTER TABLE owners DROP COLUMN owner_key;
+         PRAGMA user_version = 2;",
+    )
+    .unwrap();
+    if !counters {
+        c.execute_batch(
+            "ALTER TABLE owners DROP COLUMN event_count; ALTER TABLE owners DROP COLUMN stream_count;
+             DELETE FROM relay_meta WHERE key IN ('events', 'blobs', 'owners', 'closed_owners');
+             PRAGMA user_version = 1;",
+        )
+        .unwrap();
+    }
+}

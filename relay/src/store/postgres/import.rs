@@ -104,14 +104,21 @@ impl PgStore {
         }
         report.owners = owners.len() as u64;
 
+        // Layout 3 stores events under the owner's integer key; earlier layouts under its id.
+        let keyed: i64 = sqlite
+            .query_row("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'owner_key'", [], |r| r.get(0))
+            .map_err(sqlite_error)?;
+        let events_page = if keyed > 0 {
+            "SELECT e.seq, o.owner_id, e.event_id, e.stream_id, e.envelope, e.bytes
+             FROM events AS e JOIN owners AS o ON o.owner_key = e.owner_key
+             WHERE e.seq > ?1 ORDER BY e.seq LIMIT ?2"
+        } else {
+            "SELECT seq, owner_id, event_id, stream_id, envelope, bytes FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2"
+        };
         let mut after = 0i64;
         loop {
             let page: Vec<(i64, String, String, Option<String>, String, i64)> = {
-                let mut stmt = sqlite
-                    .prepare_cached(
-                        "SELECT seq, owner_id, event_id, stream_id, envelope, bytes FROM events WHERE seq > ?1 ORDER BY seq LIMIT ?2",
-                    )
-                    .map_err(sqlite_error)?;
+                let mut stmt = sqlite.prepare_cached(events_page).map_err(sqlite_error)?;
                 let rows = stmt
                     .query_map(rusqlite::params![after, BATCH as i64], |r| {
                         Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?))

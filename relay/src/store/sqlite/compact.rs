@@ -18,13 +18,14 @@ pub(super) const BATCH: i64 = 5000;
 
 pub(super) fn compact_all(store: &SqliteStore, now: &str, cancel: &AtomicBool) -> Result<CompactionReport, StoreError> {
     let started = Instant::now();
-    let owners: Vec<String> = store.read(|conn| {
-        let mut stmt = conn.prepare("SELECT owner_id FROM owners WHERE closed_at IS NULL ORDER BY owner_id")?;
-        let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
+    let owners: Vec<(String, i64)> = store.read(|conn| {
+        let mut stmt =
+            conn.prepare("SELECT owner_id, owner_key FROM owners WHERE closed_at IS NULL ORDER BY owner_id")?;
+        let ids = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<Vec<_>, _>>()?;
         Ok(ids)
     })?;
     let mut report = CompactionReport { owners: owners.len() as u64, complete: true, ..CompactionReport::default() };
-    'owners: for owner_id in owners {
+    'owners: for (owner_id, owner_key) in owners {
         let mut cursor = 0i64;
         loop {
             if cancel.load(Ordering::Relaxed) {
@@ -35,21 +36,21 @@ pub(super) fn compact_all(store: &SqliteStore, now: &str, cancel: &AtomicBool) -
                 // The window: this owner's next BATCH events after the cursor.
                 let upper: Option<i64> = tx
                     .prepare_cached(
-                        "SELECT seq FROM events WHERE owner_id = ?1 AND seq > ?2 ORDER BY seq LIMIT 1 OFFSET ?3",
+                        "SELECT seq FROM events WHERE owner_key = ?1 AND seq > ?2 ORDER BY seq LIMIT 1 OFFSET ?3",
                     )?
-                    .query_row(params![owner_id, cursor, BATCH - 1], |r| r.get(0))
+                    .query_row(params![owner_key, cursor, BATCH - 1], |r| r.get(0))
                     .optional()?;
                 let upper = upper.unwrap_or(i64::MAX);
                 let mut stmt = tx.prepare_cached(
                     "DELETE FROM events WHERE seq IN (
                        SELECT e.seq FROM events AS e
-                       WHERE e.owner_id = ?1 AND e.seq > ?2 AND e.seq <= ?3 AND e.stream_id IS NOT NULL
+                       WHERE e.owner_key = ?1 AND e.seq > ?2 AND e.seq <= ?3 AND e.stream_id IS NOT NULL
                          AND EXISTS (SELECT 1 FROM events AS newer
-                                     WHERE newer.owner_id = ?1 AND newer.stream_id = e.stream_id
+                                     WHERE newer.owner_key = ?1 AND newer.stream_id = e.stream_id
                                        AND newer.event_id > e.event_id))
                      RETURNING bytes",
                 )?;
-                let mut rows = stmt.query(params![owner_id, cursor, upper])?;
+                let mut rows = stmt.query(params![owner_key, cursor, upper])?;
                 let (mut n, mut bytes) = (0i64, 0i64);
                 while let Some(row) = rows.next()? {
                     n += 1;

@@ -27,7 +27,7 @@ use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 
 pub use owners::Registration;
 use owners::{apply, check_quota, existing_owner, owner_or_register, owner_row, Delta};
-use schema::{bump, meta_get, meta_u64, set_meta, COUNTERS, SCHEMA};
+use schema::{bump, meta_get, meta_u64, set_meta, COUNTERS};
 
 use super::{
     BlobData, BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent,
@@ -175,7 +175,6 @@ impl SqliteStore {
         conn.execute_batch("PRAGMA cache_size = -65536;")?;
         // Checkpoints run on their own thread; the writer's own is only a safety net.
         conn.execute_batch(&format!("PRAGMA wal_autocheckpoint = {};", checkpointer::SAFETY_NET_PAGES))?;
-        conn.execute_batch(SCHEMA)?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         schema::migrate(&tx)?;
         let epoch: Option<String> = meta_get(&tx, "epoch")?;
@@ -278,8 +277,8 @@ impl RelayStore for SqliteStore {
         let (quotas, rules) = (self.quotas, self.registration);
         let mut conn = lock(&self.writer);
         let tx = begin(&mut conn, deadline)?;
-        let (owner_bytes, registered) = owner_or_register(&tx, owner_id, token_hash, now, rules, register)?;
-        let mut out = PushOutcome { registered, ..PushOutcome::default() };
+        let owner = owner_or_register(&tx, owner_id, token_hash, now, rules, register)?;
+        let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
         let mut seq = meta_u64(&tx, "seq")?;
         let head_before = seq;
         let mut streams = 0i64;
@@ -287,20 +286,20 @@ impl RelayStore for SqliteStore {
             // ON CONFLICT on the (owner, event id) key only: any other conflict — a seq that
             // somehow exists — is an error, never silently ignored.
             let mut insert = tx.prepare_cached(
-                "INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_id, event_id) DO NOTHING",
+                "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_key, event_id) DO NOTHING",
             )?;
-            let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_id = ?1 AND event_id = ?2")?;
+            let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
             let mut known_stream =
-                tx.prepare_cached("SELECT 1 FROM events WHERE owner_id = ?1 AND stream_id = ?2 LIMIT 1")?;
+                tx.prepare_cached("SELECT 1 FROM events WHERE owner_key = ?1 AND stream_id = ?2 LIMIT 1")?;
             for ev in events {
                 let bytes = ev.json.len() as i64;
                 let new_stream = match &ev.stream_id {
-                    Some(s) => !known_stream.exists(params![owner_id, s])?,
+                    Some(s) => !known_stream.exists(params![owner.key, s])?,
                     None => false,
                 };
                 let n =
-                    insert.execute(params![(seq + 1) as i64, owner_id, ev.event_id, ev.stream_id, ev.json, bytes])?;
+                    insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
                 if n == 1 {
                     seq += 1;
                     out.accepted += 1;
@@ -308,14 +307,14 @@ impl RelayStore for SqliteStore {
                     streams += i64::from(new_stream);
                 } else {
                     out.duplicate += 1;
-                    let existing: String = stored.query_row(params![owner_id, ev.event_id], |r| r.get(0))?;
+                    let existing: String = stored.query_row(params![owner.key, ev.event_id], |r| r.get(0))?;
                     if existing != ev.json {
                         out.forged += 1;
                     }
                 }
             }
         }
-        check_quota(quotas, owner_bytes, meta_u64(&tx, "total_bytes")?, out.added_bytes)?;
+        check_quota(quotas, owner.stored_bytes, meta_u64(&tx, "total_bytes")?, out.added_bytes)?;
         if seq != head_before {
             set_meta(&tx, "seq", &(seq as i64))?;
             tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
@@ -347,9 +346,9 @@ impl RelayStore for SqliteStore {
             let mut page = PullPage { head_seq: owner.head_seq, ..PullPage::default() };
             {
                 let mut stmt = tx.prepare_cached(
-                    "SELECT seq, envelope FROM events WHERE owner_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+                    "SELECT seq, envelope FROM events WHERE owner_key = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
                 )?;
-                let mut rows = stmt.query(params![owner_id, after.min(i64::MAX as u64) as i64, limit])?;
+                let mut rows = stmt.query(params![owner.key, after.min(i64::MAX as u64) as i64, limit])?;
                 let mut size = 0usize;
                 while let Some(row) = rows.next()? {
                     let envelope: String = row.get(1)?;
@@ -375,13 +374,13 @@ impl RelayStore for SqliteStore {
         deadline: Deadline,
     ) -> Result<CompactResponse, StoreError> {
         self.write(deadline, |tx| {
-            existing_owner(tx, owner_id, token_hash)?;
+            let owner = existing_owner(tx, owner_id, token_hash)?;
             let mut delete =
-                tx.prepare_cached("DELETE FROM events WHERE owner_id = ?1 AND stream_id = ?2 RETURNING bytes")?;
+                tx.prepare_cached("DELETE FROM events WHERE owner_key = ?1 AND stream_id = ?2 RETURNING bytes")?;
             let mut out = CompactResponse { deleted_events: 0, reclaimed_bytes: 0 };
             let mut streams = 0i64;
             for stream in stream_ids {
-                let mut rows = delete.query(params![owner_id, stream])?;
+                let mut rows = delete.query(params![owner.key, stream])?;
                 let mut any = false;
                 while let Some(row) = rows.next()? {
                     any = true;
@@ -412,7 +411,7 @@ impl RelayStore for SqliteStore {
                 }
                 other => other?,
             }
-            let deleted_events = tx.execute("DELETE FROM events WHERE owner_id = ?1", [owner_id])? as u64;
+            let deleted_events = tx.execute("DELETE FROM events WHERE owner_key = ?1", [owner.key])? as u64;
             let deleted_blobs = tx.execute("DELETE FROM blobs WHERE owner_id = ?1", [owner_id])? as u64;
             let d = Delta {
                 bytes: -(owner.stored_bytes as i64),
@@ -450,7 +449,8 @@ impl RelayStore for SqliteStore {
     ) -> Result<BlobPutOutcome, StoreError> {
         let (quotas, rules) = (self.quotas, self.registration);
         self.write(deadline, |tx| {
-            let (owner_bytes, registered) = owner_or_register(tx, owner_id, token_hash, now, rules, register)?;
+            let owner = owner_or_register(tx, owner_id, token_hash, now, rules, register)?;
+            let registered = owner.registered;
             let exists = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE owner_id = ?1 AND hash = ?2")?
                 .exists(params![owner_id, hash])?;
@@ -458,7 +458,7 @@ impl RelayStore for SqliteStore {
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
             let (size, bytes) = (data.size(), data.stored());
-            check_quota(quotas, owner_bytes, meta_u64(tx, "total_bytes")?, size)?;
+            check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, size)?;
             tx.prepare_cached(
                 "INSERT INTO blobs (owner_id, hash, data, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?

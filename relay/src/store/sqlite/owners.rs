@@ -23,6 +23,8 @@ impl Default for Registration {
 }
 
 pub(super) struct OwnerRow {
+    /// The owner's integer key: what its events are stored under.
+    pub key: i64,
     pub token_hash: String,
     pub closed: bool,
     pub stored_bytes: u64,
@@ -34,7 +36,8 @@ pub(super) struct OwnerRow {
 
 pub(super) fn owner_row(conn: &Connection, owner_id: &str) -> Result<Option<OwnerRow>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT token_hash, closed_at IS NOT NULL, stored_bytes, head_seq, created_at, event_count, stream_count
+        "SELECT token_hash, closed_at IS NOT NULL, stored_bytes, head_seq, created_at, event_count, stream_count,
+                owner_key
          FROM owners WHERE owner_id = ?1",
     )?;
     Ok(stmt
@@ -47,6 +50,7 @@ pub(super) fn owner_row(conn: &Connection, owner_id: &str) -> Result<Option<Owne
                 created_at: r.get(4)?,
                 event_count: r.get::<_, i64>(5)?.max(0) as u64,
                 stream_count: r.get::<_, i64>(6)?.max(0) as u64,
+                key: r.get(7)?,
             })
         })
         .optional()?)
@@ -63,8 +67,16 @@ pub(super) fn existing_owner(conn: &Connection, owner_id: &str, token_hash: &str
     Ok(owner)
 }
 
-/// Finds the owner (returning its stored bytes) or registers it with `token_hash` (trust on
-/// first use) if the relay's rules and the caller allow; the flag says it registered.
+/// What a write found or made of its owner.
+pub(super) struct WriteOwner {
+    pub key: i64,
+    pub stored_bytes: u64,
+    pub registered: bool,
+}
+
+/// Finds the owner or registers it with `token_hash` (trust on first use) if the relay's rules
+/// and the caller allow. A new owner's key is one past the largest (owners are never deleted,
+/// and the writer is one at a time, so keys are never reused).
 pub(super) fn owner_or_register(
     conn: &Connection,
     owner_id: &str,
@@ -72,10 +84,10 @@ pub(super) fn owner_or_register(
     now: &str,
     rules: Registration,
     register: MayRegister,
-) -> Result<(u64, bool), StoreError> {
+) -> Result<WriteOwner, StoreError> {
     if let Some(owner) = owner_row(conn, owner_id)? {
         authorize(&owner, token_hash)?;
-        return Ok((owner.stored_bytes, false));
+        return Ok(WriteOwner { key: owner.key, stored_bytes: owner.stored_bytes, registered: false });
     }
     if !rules.open {
         return Err(StoreError::RegistrationRefused(Refusal::Closed));
@@ -88,10 +100,14 @@ pub(super) fn owner_or_register(
     if register == MayRegister::RateLimited {
         return Err(StoreError::RegistrationRefused(Refusal::RateLimited));
     }
-    conn.prepare_cached("INSERT INTO owners (owner_id, token_hash, created_at) VALUES (?1, ?2, ?3)")?
-        .execute(params![owner_id, token_hash, now])?;
+    let key: i64 = conn
+        .prepare_cached(
+            "INSERT INTO owners (owner_id, token_hash, created_at, owner_key)
+             VALUES (?1, ?2, ?3, (SELECT coalesce(max(owner_key), 0) + 1 FROM owners)) RETURNING owner_key",
+        )?
+        .query_row(params![owner_id, token_hash, now], |r| r.get(0))?;
     bump(conn, "owners", 1)?;
-    Ok((0, true))
+    Ok(WriteOwner { key, stored_bytes: 0, registered: true })
 }
 
 /// What a write changed for one owner: bytes, events and streams (each may be negative).

@@ -14,19 +14,21 @@ CREATE TABLE IF NOT EXISTS owners (
     stored_bytes INTEGER NOT NULL DEFAULT 0,
     head_seq     INTEGER NOT NULL DEFAULT 0,
     event_count  INTEGER NOT NULL DEFAULT 0,
-    stream_count INTEGER NOT NULL DEFAULT 0
+    stream_count INTEGER NOT NULL DEFAULT 0,
+    owner_key    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
+CREATE UNIQUE INDEX IF NOT EXISTS owners_by_key ON owners (owner_key);
 CREATE TABLE IF NOT EXISTS events (
     seq       INTEGER PRIMARY KEY,
-    owner_id  TEXT NOT NULL,
+    owner_key INTEGER NOT NULL,
     event_id  TEXT NOT NULL,
     stream_id TEXT,
     envelope  TEXT NOT NULL,
     bytes     INTEGER NOT NULL
 );
-CREATE UNIQUE INDEX IF NOT EXISTS events_by_owner_event ON events (owner_id, event_id);
-CREATE INDEX IF NOT EXISTS events_by_owner_seq ON events (owner_id, seq);
-CREATE INDEX IF NOT EXISTS events_by_owner_stream ON events (owner_id, stream_id, event_id) WHERE stream_id IS NOT NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS events_by_owner_event ON events (owner_key, event_id);
+CREATE INDEX IF NOT EXISTS events_by_owner_seq ON events (owner_key, seq);
+CREATE INDEX IF NOT EXISTS events_by_owner_stream ON events (owner_key, stream_id, event_id) WHERE stream_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS blobs (
     owner_id   TEXT NOT NULL,
     hash       TEXT NOT NULL,
@@ -41,12 +43,13 @@ CREATE TABLE IF NOT EXISTS blobs (
 pub(super) const COUNTERS: [&str; 4] = ["events", "blobs", "owners", "closed_owners"];
 
 /// The schema version this relay writes (`PRAGMA user_version`): 1 the first layout, 2 with
-/// maintained counters.
-pub(super) const SCHEMA_VERSION: i64 = 2;
+/// maintained counters, 3 with events keyed by the owner's integer key instead of its id.
+pub(super) const SCHEMA_VERSION: i64 = 3;
 
-/// Brings a database made by an earlier relay up to [`SCHEMA`]: per-owner event and stream
-/// counts, and the relay-wide counters, computed once from the rows. A database a newer relay
-/// wrote is refused (this relay would not know its layout).
+/// Creates the tables of a new database, or brings one made by an earlier relay up to
+/// [`SCHEMA`] — events re-keyed by owner (layout 3), then the per-owner event and stream counts
+/// and the relay-wide counters, computed once from the rows. A database a newer relay wrote is
+/// refused (this relay would not know its layout). Runs inside the opening transaction.
 pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > SCHEMA_VERSION {
@@ -54,17 +57,25 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
             "the database has schema version {version}, written by a newer relay; this relay knows up to {SCHEMA_VERSION}"
         )));
     }
-    let has_counts: bool =
-        conn.query_row("SELECT count(*) FROM pragma_table_info('owners') WHERE name = 'event_count'", [], |r| {
-            r.get::<_, i64>(0).map(|n| n > 0)
-        })?;
+    let has_column = |table: &str, column: &str| -> Result<bool, StoreError> {
+        Ok(conn.query_row(
+            "SELECT count(*) FROM pragma_table_info(?1) WHERE name = ?2",
+            params![table, column],
+            |r| r.get::<_, i64>(0),
+        )? > 0)
+    };
+    let has_counts = !has_column("owners", "owner_id")? || has_column("owners", "event_count")?;
+    if has_column("events", "owner_id")? {
+        key_events_by_owner(conn)?;
+    }
+    conn.execute_batch(SCHEMA)?;
     if !has_counts {
         conn.execute_batch(
             "ALTER TABLE owners ADD COLUMN event_count INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE owners ADD COLUMN stream_count INTEGER NOT NULL DEFAULT 0;
              UPDATE owners SET
-               event_count = (SELECT count(*) FROM events WHERE events.owner_id = owners.owner_id),
-               stream_count = (SELECT count(DISTINCT stream_id) FROM events WHERE events.owner_id = owners.owner_id);",
+               event_count = (SELECT count(*) FROM events WHERE events.owner_key = owners.owner_key),
+               stream_count = (SELECT count(DISTINCT stream_id) FROM events WHERE events.owner_key = owners.owner_key);",
         )?;
     }
     if meta_get::<i64>(conn, "events")?.is_none() {
@@ -77,6 +88,45 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     if version != SCHEMA_VERSION {
         conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
+    Ok(())
+}
+
+/// Layout 3: each owner gets an integer key (in registration order) and the events table is
+/// rebuilt with it in place of the 22-character owner id — every index of the table starts with
+/// the owner, and the narrower keys made pushes 14–16% faster (BENCHMARKS.md). An event whose
+/// owner has no row (a damaged database) stops the migration rather than being dropped.
+fn key_events_by_owner(conn: &Connection) -> Result<(), StoreError> {
+    let orphans: i64 = conn.query_row(
+        "SELECT count(*) FROM events WHERE NOT EXISTS (SELECT 1 FROM owners o WHERE o.owner_id = events.owner_id)",
+        [],
+        |r| r.get(0),
+    )?;
+    if orphans > 0 {
+        return Err(StoreError::Setup(format!(
+            "{orphans} stored events belong to no owner row; the database is damaged (restore it from a backup, \
+             or delete those events to drop them knowingly)"
+        )));
+    }
+    tracing::info!("re-keying the events table by owner (relay database layout 3); this runs once");
+    conn.execute_batch(
+        "ALTER TABLE owners ADD COLUMN owner_key INTEGER NOT NULL DEFAULT 0;
+         UPDATE owners SET owner_key = k.n
+           FROM (SELECT owner_id, row_number() OVER (ORDER BY created_at, owner_id) AS n FROM owners) AS k
+           WHERE k.owner_id = owners.owner_id;
+         CREATE TABLE events_by_key (
+             seq       INTEGER PRIMARY KEY,
+             owner_key INTEGER NOT NULL,
+             event_id  TEXT NOT NULL,
+             stream_id TEXT,
+             envelope  TEXT NOT NULL,
+             bytes     INTEGER NOT NULL
+         );
+         INSERT INTO events_by_key (seq, owner_key, event_id, stream_id, envelope, bytes)
+           SELECT e.seq, o.owner_key, e.event_id, e.stream_id, e.envelope, e.bytes
+           FROM events AS e JOIN owners AS o ON o.owner_id = e.owner_id ORDER BY e.seq;
+         DROP TABLE events;
+         ALTER TABLE events_by_key RENAME TO events;",
+    )?;
     Ok(())
 }
 
