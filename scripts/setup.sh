@@ -121,9 +121,12 @@ step "verify"
 for b in wasm-bindgen wasm-bindgen-test-runner wasm-pack; do [ -x "$BIN_DIR/$b" ] || die "$b missing in $BIN_DIR"; done
 echo "wasm-bindgen: $("$BIN_DIR/wasm-bindgen" --version)"
 echo "wasm-pack:    $("$BIN_DIR/wasm-pack" --version)"
-echo "chromium:     $(/usr/bin/chromium --version 2>/dev/null | head -1)"
-echo "firefox:      $(/usr/bin/firefox-esr --version 2>/dev/null | head -1)"
-echo "geckodriver:  $("$BIN_DIR/geckodriver" --version | head -1)"
+# The first line of a tool's version text, read whole: `| head -1` closes the pipe early, and
+# geckodriver then panics on the broken pipe (seen in CI as a failed verify step).
+first_line() { local v; v="$("$@" 2>/dev/null)"; printf '%s\n' "${v%%$'\n'*}"; }
+echo "chromium:     $(first_line /usr/bin/chromium --version)"
+echo "firefox:      $(first_line /usr/bin/firefox-esr --version)"
+echo "geckodriver:  $(first_line "$BIN_DIR/geckodriver" --version)"
 echo "clang:        $(clang --version | sed -n 1p)"
 echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
 echo "postgresql:   $(psql --version)"

@@ -141,6 +141,33 @@ async fn a_sqlite_relay_of_the_earlier_layout_imports_the_same() {
     sqlite_relay_imported_into_postgres(true).await;
 }
 
+#[tokio::test]
+async fn an_sqlite_file_with_events_of_no_owner_is_not_imported() {
+    let mut old = Relay::start_on(Backend::Sqlite, &[]);
+    let alice = Owner::new();
+    old.push(&alice, &[alice.event("a", 1)]).await;
+    old.send_sigterm();
+    old.wait_exit();
+    rusqlite::Connection::open(&old.db)
+        .unwrap()
+        .execute(
+            "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes) VALUES (9, 999, 'x', NULL, '{}', 2)",
+            [],
+        )
+        .unwrap();
+    let url = common::fresh_pg_database();
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .args(["import-sqlite", "--from"])
+        .arg(&old.db)
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("1 stored events belong to no owner row"), "{err}");
+    assert_eq!(psql(&url, "SELECT (SELECT count(*) FROM owners) + (SELECT count(*) FROM events)"), "0");
+}
+
 /// With `earlier_layout`, the SQLite file is turned back into layout 2 (events under the owner
 /// id) before the import, as a relay not yet upgraded leaves it.
 async fn sqlite_relay_imported_into_postgres(earlier_layout: bool) {

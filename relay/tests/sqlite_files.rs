@@ -175,8 +175,11 @@ fn columns(db: &std::path::Path, table: &str) -> Vec<String> {
 
 async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
     let mut relay = Relay::start(&[]);
-    let (alice, bob) = (Owner::new(), Owner::new());
+    let (alice, bob, dave) = (Owner::new(), Owner::new(), Owner::new());
     relay.push(&bob, &[bob.event("x", 1), bob.event("y", 2)]).await;
+    relay.push(&dave, &[dave.event("x", 1)]).await;
+    let closed = relay.post_json("/v1/owner/close", Some(dave.token()), json!({"ownerId": dave.owner_id()})).await;
+    assert_eq!(closed.json()["closed"], true);
     let pushed = versions_of_three_rows(&relay, &alice).await;
     let before = (relay.pull_all(&alice).await, relay.pull_all(&bob).await);
     relay.stop();
@@ -192,6 +195,8 @@ async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
     assert_eq!((relay.pull_all(&alice).await, relay.pull_all(&bob).await), before);
     let account = relay.status_of(&alice).await.json()["account"].clone();
     assert_eq!((account["events"].as_u64(), account["streams"].as_u64()), (Some(6), Some(3)), "{account}");
+    // A closed owner stays closed.
+    relay.push(&dave, &[dave.event("y", 2)]).await.assert_error(410, "owner_closed");
     // The owner's event ids still deduplicate, and its counters still move.
     let again = relay.push(&alice, &pushed[..2]).await.json();
     assert_eq!((again["accepted"].as_u64(), again["duplicate"].as_u64()), (Some(0), Some(2)), "{again}");

@@ -37,6 +37,9 @@ pub struct TestRelay {
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// The relay file's condition for "stored for the owner id `?1`".
+const OWNER_IS: &str = "owner_key = (SELECT owner_key FROM owners WHERE owner_id = ?1)";
+
 impl TestRelay {
     pub fn start() -> TestRelay {
         TestRelay::start_with(&[])
@@ -51,18 +54,21 @@ impl TestRelay {
         r
     }
 
-    /// Events the relay stores for `owner`.
+    /// Events the relay stores for `owner` (its SQLite file keeps them under the owner's key).
     pub fn events_of(&self, owner: &str) -> u64 {
         let db = rusqlite::Connection::open(&self.db).unwrap();
-        db.query_row("SELECT count(*) FROM events WHERE owner_id = ?1", [owner], |r| r.get::<_, i64>(0)).unwrap() as u64
+        db.query_row(&format!("SELECT count(*) FROM events WHERE {OWNER_IS}"), [owner], |r| r.get::<_, i64>(0)).unwrap()
+            as u64
     }
 
     /// Whether the relay stores the event `event_id` of `owner`.
     pub fn has_event(&self, owner: &str, event_id: &str) -> bool {
         let db = rusqlite::Connection::open(&self.db).unwrap();
-        db.query_row("SELECT count(*) FROM events WHERE owner_id = ?1 AND event_id = ?2", [owner, event_id], |r| {
-            r.get::<_, i64>(0)
-        })
+        db.query_row(
+            &format!("SELECT count(*) FROM events WHERE {OWNER_IS} AND event_id = ?2"),
+            [owner, event_id],
+            |r| r.get::<_, i64>(0),
+        )
         .unwrap()
             > 0
     }

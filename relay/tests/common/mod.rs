@@ -580,7 +580,8 @@ pub async fn versions_of_three_rows(relay: &Relay, alice: &Owner) -> Vec<SyncEnv
 }
 
 /// Turns a database this relay wrote back into layout 2 (events under the 22-character owner
-/// id, the indexes of that layout, no owner keys) — and, with `counters: false`, layout 1.
+/// id, the indexes of that layout, no owner keys) — and, with `counters: false`, layout 1 (whose
+/// files carry no `user_version`: 0).
 pub fn downgrade_to_layout(db: &std::path::Path, counters: bool) {
     let c = rusqlite::Connection::open(db).unwrap();
     c.execute_batch(
@@ -608,7 +609,7 @@ pub fn downgrade_to_layout(db: &std::path::Path, counters: bool) {
         c.execute_batch(
             "ALTER TABLE owners DROP COLUMN event_count; ALTER TABLE owners DROP COLUMN stream_count;
              DELETE FROM relay_meta WHERE key IN ('events', 'blobs', 'owners', 'closed_owners');
-             PRAGMA user_version = 1;",
+             PRAGMA user_version = 0;",
         )
         .unwrap();
     }

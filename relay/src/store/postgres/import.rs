@@ -108,6 +108,22 @@ impl PgStore {
         let keyed: i64 = sqlite
             .query_row("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'owner_key'", [], |r| r.get(0))
             .map_err(sqlite_error)?;
+        if keyed > 0 {
+            let orphans: i64 = sqlite
+                .query_row(
+                    "SELECT count(*) FROM events WHERE NOT EXISTS
+                       (SELECT 1 FROM owners AS o WHERE o.owner_key = events.owner_key)",
+                    [],
+                    |r| r.get(0),
+                )
+                .map_err(sqlite_error)?;
+            if orphans > 0 {
+                return Err(StoreError::Setup(format!(
+                    "{}: {orphans} stored events belong to no owner row; the file is damaged (nothing was imported)",
+                    path.display()
+                )));
+            }
+        }
         let events_page = if keyed > 0 {
             "SELECT e.seq, o.owner_id, e.event_id, e.stream_id, e.envelope, e.bytes
              FROM events AS e JOIN owners AS o ON o.owner_key = e.owner_key

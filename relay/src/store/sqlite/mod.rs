@@ -176,7 +176,7 @@ impl SqliteStore {
         // Checkpoints run on their own thread; the writer's own is only a safety net.
         conn.execute_batch(&format!("PRAGMA wal_autocheckpoint = {};", checkpointer::SAFETY_NET_PAGES))?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        schema::migrate(&tx)?;
+        let rebuilt = schema::migrate(&tx)?;
         let epoch: Option<String> = meta_get(&tx, "epoch")?;
         let epoch = match epoch {
             Some(e) => e,
@@ -194,6 +194,11 @@ impl SqliteStore {
             }
         };
         tx.commit()?;
+        if rebuilt {
+            // The rebuilt table went through the WAL: move it into the file now and give the
+            // WAL's room back, instead of leaving a copy-sized WAL until shutdown.
+            conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))?;
+        }
         if let Some(max) = options.max_db_bytes {
             let page: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
             let pages = (max as i64 / page.max(512)).max(1);

@@ -50,7 +50,8 @@ pub(super) const SCHEMA_VERSION: i64 = 3;
 /// [`SCHEMA`] — events re-keyed by owner (layout 3), then the per-owner event and stream counts
 /// and the relay-wide counters, computed once from the rows. A database a newer relay wrote is
 /// refused (this relay would not know its layout). Runs inside the opening transaction.
-pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
+/// Returns whether the events table was rebuilt (the WAL then holds a copy of it).
+pub(super) fn migrate(conn: &Connection) -> Result<bool, StoreError> {
     let version: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
     if version > SCHEMA_VERSION {
         return Err(StoreError::Setup(format!(
@@ -65,7 +66,8 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
         )? > 0)
     };
     let has_counts = !has_column("owners", "owner_id")? || has_column("owners", "event_count")?;
-    if has_column("events", "owner_id")? {
+    let rebuilt = has_column("events", "owner_id")?;
+    if rebuilt {
         key_events_by_owner(conn)?;
     }
     conn.execute_batch(SCHEMA)?;
@@ -88,12 +90,12 @@ pub(super) fn migrate(conn: &Connection) -> Result<(), StoreError> {
     if version != SCHEMA_VERSION {
         conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
-    Ok(())
+    Ok(rebuilt)
 }
 
 /// Layout 3: each owner gets an integer key (in registration order) and the events table is
 /// rebuilt with it in place of the 22-character owner id — every index of the table starts with
-/// the owner, and the narrower keys made pushes 14–16% faster (BENCHMARKS.md). An event whose
+/// the owner, and the narrower keys made pushes 5–7% faster (BENCHMARKS.md, round eight). An event whose
 /// owner has no row (a damaged database) stops the migration rather than being dropped.
 fn key_events_by_owner(conn: &Connection) -> Result<(), StoreError> {
     let orphans: i64 = conn.query_row(
