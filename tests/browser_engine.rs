@@ -343,6 +343,24 @@ async fn a_proto_key_comes_back_as_an_own_key_from_the_conversion_writes_and_rea
 }
 
 #[wasm_bindgen_test]
+fn a_key_whose_inherited_property_is_read_only_is_still_an_own_key_of_the_converted_object() {
+    // What a frozen `Object.prototype` (SES) does to `toString` and friends, on one key the test
+    // can take back: an assignment would be refused; the conversion must still define the key.
+    let proto = js_sys::Object::get_prototype_of(&js_sys::Object::new());
+    let key = JsValue::from_str("simplysyncReadOnlyColumn");
+    let inherited = js(r#"{"value": "inherited", "writable": false, "configurable": true}"#);
+    js_sys::Object::define_property(&proto, &key, inherited.unchecked_ref());
+    let converted = simplysync::web::convert::to_json(&js(r#"{"simplysyncReadOnlyColumn": 7, "b": 1}"#), "v");
+    let value = converted.map(|c| simplysync::web::convert::to_js(&c));
+    let _ = js_sys::Reflect::delete_property(&proto, &key);
+    let value = value.unwrap();
+    let object: &js_sys::Object = value.unchecked_ref();
+    let own = js_sys::Object::get_own_property_descriptor(object, &key);
+    assert!(!own.is_undefined(), "the key was dropped: {:?}", js_sys::JSON::stringify(&value));
+    assert_eq!(js_sys::JSON::stringify(&value).unwrap(), r#"{"b":1,"simplysyncReadOnlyColumn":7}"#);
+}
+
+#[wasm_bindgen_test]
 async fn malformed_ops_are_refused_naming_the_op_and_the_field_whether_sent_as_text_or_values() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let e = open(secret, options(&unique("ops-bad"), &[], false)).await.unwrap();

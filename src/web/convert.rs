@@ -113,18 +113,14 @@ pub fn to_js(v: &Json) -> JsValue {
         Json::String(s) => string_to_js(s),
         Json::Array(items) => items.iter().map(to_js).collect::<Array>().into(),
         Json::Object(map) => {
+            // Every key is defined as an own data property, as `JSON.parse` makes it: an
+            // assignment (`Reflect.set`) would run `Object.prototype`'s `__proto__` setter
+            // (changing the object's prototype, or nothing), and under a frozen
+            // `Object.prototype` (SES, hardened realms) it silently skips a key such as
+            // `toString` whose inherited property is read-only.
             let obj = Object::new();
             for (k, val) in map {
-                let (key, value) = (string_to_js(k), to_js(val));
-                if k.as_str() == Some("__proto__") {
-                    // `Reflect.set` would run `Object.prototype`'s setter (changing the object's
-                    // prototype, or nothing) instead of making the column an own key, as
-                    // `JSON.parse` does.
-                    own_data_property(&obj, &key, &value);
-                } else {
-                    // Setting a property on a fresh plain object cannot fail.
-                    let _ = Reflect::set(&obj, &key, &value);
-                }
+                own_data_property(&obj, &string_to_js(k), &to_js(val));
             }
             obj.into()
         }
@@ -133,7 +129,9 @@ pub fn to_js(v: &Json) -> JsValue {
 
 /// Defines `key` on `obj` as an ordinary own property (enumerable, writable, configurable).
 fn own_data_property(obj: &Object, key: &JsValue, value: &JsValue) {
-    let descriptor = Object::new();
+    // No prototype: a descriptor's fields are read with inheritance, and an app's
+    // `Object.prototype.get` must not turn this into an accessor.
+    let descriptor = Object::create(JsValue::NULL.unchecked_ref());
     let flags = [("writable", JsValue::TRUE), ("enumerable", JsValue::TRUE), ("configurable", JsValue::TRUE)];
     for (name, v) in [("value", value.clone())].into_iter().chain(flags) {
         let _ = Reflect::set(&descriptor, &JsValue::from_str(name), &v);
