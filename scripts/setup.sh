@@ -123,7 +123,7 @@ echo "wasm-bindgen: $("$BIN_DIR/wasm-bindgen" --version)"
 echo "wasm-pack:    $("$BIN_DIR/wasm-pack" --version)"
 # The first line of a tool's version text, read whole: `| head -1` closes the pipe early, and
 # geckodriver then panics on the broken pipe (seen in CI as a failed verify step).
-first_line() { local v; v="$("$@" 2>/dev/null)"; printf '%s\n' "${v%%$'\n'*}"; }
+first_line() { local v; v="$("$@" 2>/dev/null)" || true; printf '%s\n' "${v%%$'\n'*}"; }
 echo "chromium:     $(first_line /usr/bin/chromium --version)"
 echo "firefox:      $(first_line /usr/bin/firefox-esr --version)"
 echo "geckodriver:  $(first_line "$BIN_DIR/geckodriver" --version)"

@@ -343,7 +343,7 @@ async fn a_proto_key_comes_back_as_an_own_key_from_the_conversion_writes_and_rea
 }
 
 #[wasm_bindgen_test]
-fn a_key_whose_inherited_property_is_read_only_is_still_an_own_key_of_the_converted_object() {
+fn converted_keys_are_own_data_properties_whatever_object_prototype_holds() {
     // What a frozen `Object.prototype` (SES) does to `toString` and friends, on one key the test
     // can take back: an assignment would be refused; the conversion must still define the key.
     let proto = js_sys::Object::get_prototype_of(&js_sys::Object::new());
@@ -358,6 +358,17 @@ fn a_key_whose_inherited_property_is_read_only_is_still_an_own_key_of_the_conver
     let own = js_sys::Object::get_own_property_descriptor(object, &key);
     assert!(!own.is_undefined(), "the key was dropped: {:?}", js_sys::JSON::stringify(&value));
     assert_eq!(js_sys::JSON::stringify(&value).unwrap(), r#"{"b":1,"simplysyncReadOnlyColumn":7}"#);
+
+    // An app's `Object.prototype.get` must not turn the conversion's descriptors into accessors
+    // (a descriptor with both `value` and `get` is refused, and the key would be lost).
+    let get = JsValue::from_str("get");
+    let getter = js(r#"{"configurable": true}"#);
+    js_sys::Reflect::set(&getter, &"value".into(), &js_sys::Function::new_no_args("return 1")).unwrap();
+    js_sys::Object::define_property(&proto, &get, getter.unchecked_ref());
+    let converted = simplysync::web::convert::to_json(&js(r#"{"a": 1}"#), "v");
+    let value = converted.map(|c| simplysync::web::convert::to_js(&c));
+    let _ = js_sys::Reflect::delete_property(&proto, &get);
+    assert_eq!(js_sys::JSON::stringify(&value.unwrap()).unwrap(), r#"{"a":1}"#);
 }
 
 #[wasm_bindgen_test]

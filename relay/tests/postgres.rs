@@ -143,18 +143,27 @@ async fn a_sqlite_relay_of_the_earlier_layout_imports_the_same() {
 
 #[tokio::test]
 async fn an_sqlite_file_with_events_of_no_owner_is_not_imported() {
+    sqlite_file_with_an_orphan_is_refused(false).await;
+}
+
+#[tokio::test]
+async fn an_sqlite_file_of_the_earlier_layout_with_events_of_no_owner_is_not_imported() {
+    sqlite_file_with_an_orphan_is_refused(true).await;
+}
+
+async fn sqlite_file_with_an_orphan_is_refused(earlier_layout: bool) {
     let mut old = Relay::start_on(Backend::Sqlite, &[]);
     let alice = Owner::new();
     old.push(&alice, &[alice.event("a", 1)]).await;
     old.send_sigterm();
     old.wait_exit();
-    rusqlite::Connection::open(&old.db)
-        .unwrap()
-        .execute(
-            "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes) VALUES (9, 999, 'x', NULL, '{}', 2)",
-            [],
-        )
-        .unwrap();
+    let orphan = if earlier_layout {
+        common::downgrade_to_layout(&old.db, true);
+        "INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes) VALUES (9, 'nobody', 'x', NULL, '{}', 2)"
+    } else {
+        "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes) VALUES (9, 999, 'x', NULL, '{}', 2)"
+    };
+    rusqlite::Connection::open(&old.db).unwrap().execute(orphan, []).unwrap();
     let url = common::fresh_pg_database();
     let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
         .args(["import-sqlite", "--from"])

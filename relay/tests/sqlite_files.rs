@@ -188,6 +188,12 @@ async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
 
     relay.restart();
     assert!(columns(&relay.db, "events").contains(&"owner_key".to_owned()), "{:?}", columns(&relay.db, "events"));
+    let wal = std::fs::metadata(relay.db.with_extension("sqlite-wal")).map(|m| m.len()).unwrap_or(0);
+    assert_eq!(wal, 0, "the rebuilt table was checkpointed out of the WAL right after the migration");
+    let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    for line in ["simplysync_stored_events 8\n", "simplysync_owners 3\n", "simplysync_owners_closed 1\n"] {
+        assert!(metrics.contains(line), "{line}: {metrics}");
+    }
     let version: i64 =
         rusqlite::Connection::open(&relay.db).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
     assert_eq!(version, 3);

@@ -53,6 +53,32 @@ impl PgStore {
         let head_seq: i64 = meta("seq")?.and_then(|s| s.parse().ok()).unwrap_or(0);
         let created_at = meta("created_at")?.unwrap_or_default();
 
+        // Layout 3 stores events under the owner's integer key; earlier layouts under its id.
+        // Either way an event whose owner has no row (a damaged file) stops the import before
+        // anything is written, rather than being copied without an owner or dropped by a join.
+        let keyed: i64 = sqlite
+            .query_row("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'owner_key'", [], |r| r.get(0))
+            .map_err(sqlite_error)?;
+        let orphans: i64 = sqlite
+            .query_row(
+                if keyed > 0 {
+                    "SELECT count(*) FROM events WHERE NOT EXISTS
+                       (SELECT 1 FROM owners AS o WHERE o.owner_key = events.owner_key)"
+                } else {
+                    "SELECT count(*) FROM events WHERE NOT EXISTS
+                       (SELECT 1 FROM owners AS o WHERE o.owner_id = events.owner_id)"
+                },
+                [],
+                |r| r.get(0),
+            )
+            .map_err(sqlite_error)?;
+        if orphans > 0 {
+            return Err(StoreError::Setup(format!(
+                "{}: {orphans} stored events belong to no owner row; the file is damaged (nothing was imported)",
+                path.display()
+            )));
+        }
+
         let mut client = self.connection().await?;
         let tx = client.transaction().await.map_err(pg_error)?;
         let existing: i64 = tx
@@ -104,26 +130,6 @@ impl PgStore {
         }
         report.owners = owners.len() as u64;
 
-        // Layout 3 stores events under the owner's integer key; earlier layouts under its id.
-        let keyed: i64 = sqlite
-            .query_row("SELECT count(*) FROM pragma_table_info('events') WHERE name = 'owner_key'", [], |r| r.get(0))
-            .map_err(sqlite_error)?;
-        if keyed > 0 {
-            let orphans: i64 = sqlite
-                .query_row(
-                    "SELECT count(*) FROM events WHERE NOT EXISTS
-                       (SELECT 1 FROM owners AS o WHERE o.owner_key = events.owner_key)",
-                    [],
-                    |r| r.get(0),
-                )
-                .map_err(sqlite_error)?;
-            if orphans > 0 {
-                return Err(StoreError::Setup(format!(
-                    "{}: {orphans} stored events belong to no owner row; the file is damaged (nothing was imported)",
-                    path.display()
-                )));
-            }
-        }
         let events_page = if keyed > 0 {
             "SELECT e.seq, o.owner_id, e.event_id, e.stream_id, e.envelope, e.bytes
              FROM events AS e JOIN owners AS o ON o.owner_key = e.owner_key
