@@ -1,5 +1,6 @@
 //! Relay throughput: push and pull events/s over real HTTP on loopback, with 1 and 16
-//! concurrent owners and ~1 KiB envelopes, against the release binary on a fresh database.
+//! concurrent owners and ~1 KiB envelopes, against the release binary on a fresh database —
+//! pushes of 1000 events (a device catching up), and of 10 (devices pushing as they write).
 //!
 //! `cargo bench -p simplysync-relay --bench throughput [-- RUNS]` (default 3 runs per case).
 //! With `BENCH_RELAY_URL=http://…` it loads that relay instead of starting one (for profiling
@@ -120,8 +121,8 @@ struct OwnerLoad {
     events: usize,
 }
 
-/// One owner's events, sealed for real, ~1 KiB each as stored JSON.
-fn owner_load(events: usize) -> OwnerLoad {
+/// One owner's events, sealed for real, ~1 KiB each as stored JSON, in pushes of `batch`.
+fn owner_load(events: usize, batch: usize) -> OwnerLoad {
     let id = Identity::from_secret(&create_recovery_key(&mut OsEntropy).unwrap()).unwrap();
     let padding = "x".repeat(560);
     let envelopes: Vec<SyncEnvelope> = (0..events)
@@ -144,7 +145,7 @@ fn owner_load(events: usize) -> OwnerLoad {
             encrypt_payload(&id, &meta, &payload, &mut OsEntropy).unwrap()
         })
         .collect();
-    let bodies = envelopes.chunks(BATCH).map(|c| json!({"ownerId": id.owner_id(), "events": c}).to_string()).collect();
+    let bodies = envelopes.chunks(batch).map(|c| json!({"ownerId": id.owner_id(), "events": c}).to_string()).collect();
     OwnerLoad { owner_id: id.owner_id().to_owned(), token: id.relay_auth().to_owned(), bodies, events }
 }
 
@@ -189,11 +190,11 @@ async fn main() {
     if std::env::var("BENCH_PG").is_ok() {
         backends.extend([Backend::Postgres(1), Backend::Postgres(3)]);
     }
-    println!("| store | owners | events | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
-    println!("|---|---|---|---|---|---|");
-    for (owners, per_owner) in [(1usize, 100_000usize), (16, 10_000)] {
-        let loads: Vec<Arc<OwnerLoad>> = (0..owners).map(|_| Arc::new(owner_load(per_owner))).collect();
-        let stored_size = loads[0].bodies[0].len() / BATCH.min(per_owner);
+    println!("| store | owners | events | events per push | push events/s (median [min–max]) | pull events/s (median [min–max]) | stored bytes/event |");
+    println!("|---|---|---|---|---|---|---|");
+    for (owners, per_owner, batch) in [(1usize, 100_000usize, BATCH), (16, 10_000, BATCH), (16, 2_000, 10)] {
+        let loads: Vec<Arc<OwnerLoad>> = (0..owners).map(|_| Arc::new(owner_load(per_owner, batch))).collect();
+        let stored_size = loads[0].bodies[0].len() / batch.min(per_owner);
         for &backend in &backends {
             let (mut push, mut pull) = (Vec::new(), Vec::new());
             for run in 0..runs {
@@ -234,7 +235,7 @@ async fn main() {
                 format!("{:.0} [{:.0}–{:.0}]", median(v.clone()), lo, hi)
             };
             println!(
-                "| {} | {owners} | {} | {} | {} | {stored_size} |",
+                "| {} | {owners} | {} | {batch} | {} | {} | {stored_size} |",
                 backend.label(),
                 owners * per_owner,
                 fmt(&push),

@@ -266,3 +266,31 @@ async fn events_without_an_owner_stop_the_migration_and_stay_stored() {
     assert_eq!((version, events), (2, 2), "the database is left as it was");
     assert!(columns(&relay.db, "events").contains(&"owner_id".to_owned()));
 }
+
+fn page_size(db: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(db).unwrap().query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn a_new_database_has_8_kib_pages_and_a_file_with_4_kib_pages_keeps_them() {
+    let relay = Relay::start(&[]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    assert_eq!(page_size(&relay.db), 8192);
+
+    let mut older = Relay::start(&[]);
+    older.stop();
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", older.db.display()));
+    }
+    rusqlite::Connection::open(&older.db)
+        .unwrap()
+        .execute_batch("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; CREATE TABLE t (x); DROP TABLE t;")
+        .unwrap();
+    older.restart();
+    let events: Vec<SyncEnvelope> = (1..=20).map(|n| alice.event(&format!("r{n}"), n)).collect();
+    let pushed = older.push(&alice, &events).await;
+    assert_eq!(pushed.status, 200, "{:?}", pushed.json());
+    assert_eq!(older.pull_all(&alice).await.0, events);
+    assert_eq!(page_size(&older.db), 4096);
+}

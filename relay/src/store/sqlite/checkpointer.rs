@@ -8,7 +8,7 @@
 //! durable in the WAL (`synchronous = FULL`) before its acknowledgement either way: the
 //! checkpoint only moves pages into the main file, and a crash before it replays the WAL.
 //!
-//! The writer keeps a high automatic threshold ([`SAFETY_NET_PAGES`]) so the WAL stays bounded
+//! The writer keeps a high automatic threshold ([`SAFETY_NET_BYTES`]) so the WAL stays bounded
 //! even if this thread falls behind or cannot open its connection.
 
 use std::path::Path;
@@ -21,9 +21,9 @@ use rusqlite::Connection;
 /// The shortest time between two background checkpoints.
 pub(super) const GAP: Duration = Duration::from_millis(200);
 
-/// The writer's own automatic checkpoint threshold, in pages (64 MiB of 4 KiB pages): reached
-/// only when the background checkpoints fall behind.
-pub(super) const SAFETY_NET_PAGES: u32 = 16_384;
+/// The writer's own automatic checkpoint threshold, in bytes of WAL (SQLite counts it in
+/// pages of the file's size): reached only when the background checkpoints fall behind.
+pub(super) const SAFETY_NET_BYTES: i64 = 64 << 20;
 
 #[derive(Default)]
 struct State {
