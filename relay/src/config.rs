@@ -17,7 +17,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("DATABASE_POOL_SIZE", "16", "PostgreSQL connections per relay process"),
     ("BLOB_STORE_URL", "(unset)", "s3://bucket/prefix — keep blob chunks in S3-compatible storage (AWS_* variables: keys, region, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP)"),
     ("HWM_PATH", "<DB_PATH>.hwm", "the seq high-water mark file (keep it off the database's backups)"),
-    ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size; writes beyond it get 507"),
+    ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size (at least 262144); writes beyond it get 507"),
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
     ("MAX_EVENT_BYTES", "262144", "largest envelope, as stored JSON (larger: 413)"),
     ("MAX_OWNER_BYTES", "1073741824", "per-owner quota over events + blobs (exceeding: 413)"),
@@ -320,7 +320,8 @@ impl Config {
                 },
             },
             hwm_path: lookup("HWM_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from),
-            max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 65_536)?,
+            // At least what a new file's tables take (10 pages of 8 KiB) and room to write.
+            max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 262_144)?,
             limits,
             admission,
             request_timeout_ms: num(&lookup, "REQUEST_TIMEOUT_MS", 30_000u64, 1)?,
@@ -400,6 +401,9 @@ mod tests {
             Config::from_lookup(|k| (k == "MAX_DB_BYTES").then(|| "10".to_owned())).unwrap_err().name,
             "MAX_DB_BYTES"
         );
+        // Below what a new file's tables take at 8 KiB pages, a cap could not hold.
+        assert!(Config::from_lookup(|k| (k == "MAX_DB_BYTES").then(|| "262143".to_owned())).is_err());
+        assert!(Config::from_lookup(|k| (k == "MAX_DB_BYTES").then(|| "262144".to_owned())).is_ok());
         let c = Config::from_lookup(|k| match k {
             "REGISTRATION" => Some("closed".into()),
             "MAX_OWNERS" => Some("5".into()),

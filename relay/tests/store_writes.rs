@@ -42,7 +42,7 @@ fn pushed_events_reach_the_database_file_by_a_background_checkpoint() {
     let s = store(&dir);
     let alice = Owner::new();
     let before = file_len(&dir);
-    // 300 events of ~1.5 KB (~120 pages of WAL): far below the writer's own checkpoint threshold, so
+    // 300 events of ~1.5 KB (~60 pages of WAL): far below the writer's own checkpoint threshold, so
     // only the background checkpointer copies them into the main file.
     let events = rows(&alice, 300);
     let bytes: u64 = events.iter().map(|e| e.json.len() as u64).sum();

@@ -104,9 +104,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 /// The page size of a new database file. A push writes whole pages into the WAL — one frame,
-/// two writes and a checksum each — and 1000-event pushes ran 2–14% faster with 8 KiB pages
-/// than with SQLite's 4 KiB, pushes of 10 events within ±4% (16 KiB: +14% and −9%; BENCHMARKS.md
-/// round eight). A file keeps the page size it was created with.
+/// two writes and a checksum each — and 1000-event pushes ran 2–18% faster with 8 KiB pages
+/// than with SQLite's 4 KiB, pushes of 10 events within ±4% (16 KiB: faster for big pushes,
+/// 3–9% slower for pushes of 10; BENCHMARKS.md round eight). A file keeps the page size it was
+/// created with.
 const PAGE_SIZE: u32 = 8192;
 
 fn open_connection(path: &Path, busy_timeout_ms: u64) -> Result<Connection, StoreError> {
