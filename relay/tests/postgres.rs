@@ -141,6 +141,16 @@ async fn a_sqlite_relay_of_the_earlier_layout_imports_the_same() {
     sqlite_relay_imported_into_postgres(true).await;
 }
 
+/// `simplysync-relay import-sqlite --from DB` into the PostgreSQL database at `url`.
+fn import_sqlite(db: &std::path::Path, url: &str) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .args(["import-sqlite", "--from"])
+        .arg(db)
+        .env("DATABASE_URL", url)
+        .output()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn an_sqlite_file_with_events_of_no_owner_is_not_imported() {
     sqlite_file_with_an_orphan_is_refused(false).await;
@@ -165,12 +175,7 @@ async fn sqlite_file_with_an_orphan_is_refused(earlier_layout: bool) {
     };
     rusqlite::Connection::open(&old.db).unwrap().execute(orphan, []).unwrap();
     let url = common::fresh_pg_database();
-    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
-        .args(["import-sqlite", "--from"])
-        .arg(&old.db)
-        .env("DATABASE_URL", &url)
-        .output()
-        .unwrap();
+    let out = import_sqlite(&old.db, &url);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("1 stored events belong to no owner row"), "{err}");
@@ -200,12 +205,7 @@ async fn sqlite_relay_imported_into_postgres(earlier_layout: bool) {
     }
 
     let url = common::fresh_pg_database();
-    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
-        .args(["import-sqlite", "--from"])
-        .arg(&old.db)
-        .env("DATABASE_URL", &url)
-        .output()
-        .unwrap();
+    let out = import_sqlite(&old.db, &url);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report, json!({"owners": 2, "events": 4, "blobs": 1, "headSeq": 4}));
@@ -227,12 +227,7 @@ async fn sqlite_relay_imported_into_postgres(earlier_layout: bool) {
     );
 
     // A second import into a database that holds data is refused.
-    let again = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
-        .args(["import-sqlite", "--from"])
-        .arg(&old.db)
-        .env("DATABASE_URL", &url)
-        .output()
-        .unwrap();
+    let again = import_sqlite(&old.db, &url);
     assert!(!again.status.success());
     assert!(String::from_utf8_lossy(&again.stderr).contains("empty"));
 }

@@ -221,13 +221,7 @@ async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
     relay.restart();
     assert_eq!(relay.pull_all(&alice).await.0.len(), 4);
     let stream = alice.event("a", 1).stream_id.unwrap();
-    let r = relay
-        .post_json(
-            "/v1/streams/compact",
-            Some(alice.token()),
-            json!({"ownerId": alice.owner_id(), "streamIds": [stream]}),
-        )
-        .await;
+    let r = relay.compact_streams(&alice, &[stream]).await;
     assert_eq!(r.json()["deletedEvents"], 1, "{:?}", r.json());
     assert_eq!(relay.pull_all(&bob).await, before.1);
 }

@@ -560,6 +560,12 @@ impl Relay {
         send(method, &url, Some(owner.token()), None).await
     }
 
+    /// `POST /v1/streams/compact` for `owner`'s `streams`.
+    pub async fn compact_streams(&self, owner: &Owner, streams: &[String]) -> Resp {
+        let body = json!({"ownerId": owner.owner_id(), "streamIds": streams});
+        self.post_json("/v1/streams/compact", Some(owner.token()), body).await
+    }
+
     pub async fn status_of(&self, owner: &Owner) -> Resp {
         self.get(&format!("/v1/status?ownerId={}", owner.owner_id()), Some(owner.token())).await
     }

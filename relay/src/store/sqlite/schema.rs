@@ -4,7 +4,16 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use crate::store::StoreError;
 
-pub(super) const SCHEMA: &str = "
+/// The columns of `events` (layout 3), shared by [`SCHEMA`] and the layout 2 → 3 rebuild.
+macro_rules! events_columns {
+    () => {
+        "seq INTEGER PRIMARY KEY, owner_key INTEGER NOT NULL, event_id TEXT NOT NULL, stream_id TEXT,
+         envelope TEXT NOT NULL, bytes INTEGER NOT NULL"
+    };
+}
+
+pub(super) const SCHEMA: &str = concat!(
+    "
 CREATE TABLE IF NOT EXISTS relay_meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS owners (
     owner_id     TEXT PRIMARY KEY,
@@ -18,14 +27,9 @@ CREATE TABLE IF NOT EXISTS owners (
     owner_key    INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID;
 CREATE UNIQUE INDEX IF NOT EXISTS owners_by_key ON owners (owner_key);
-CREATE TABLE IF NOT EXISTS events (
-    seq       INTEGER PRIMARY KEY,
-    owner_key INTEGER NOT NULL,
-    event_id  TEXT NOT NULL,
-    stream_id TEXT,
-    envelope  TEXT NOT NULL,
-    bytes     INTEGER NOT NULL
-);
+CREATE TABLE IF NOT EXISTS events (",
+    events_columns!(),
+    ");
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_owner_event ON events (owner_key, event_id);
 CREATE INDEX IF NOT EXISTS events_by_owner_seq ON events (owner_key, seq);
 CREATE INDEX IF NOT EXISTS events_by_owner_stream ON events (owner_key, stream_id, event_id) WHERE stream_id IS NOT NULL;
@@ -37,7 +41,8 @@ CREATE TABLE IF NOT EXISTS blobs (
     created_at TEXT NOT NULL,
     UNIQUE (owner_id, hash)
 );
-";
+"
+);
 
 /// The relay-wide counters kept in `relay_meta` (so no request ever counts rows).
 pub(super) const COUNTERS: [&str; 4] = ["events", "blobs", "owners", "closed_owners"];
@@ -110,25 +115,20 @@ fn key_events_by_owner(conn: &Connection) -> Result<(), StoreError> {
         )));
     }
     tracing::info!("re-keying the events table by owner (relay database layout 3); this runs once");
-    conn.execute_batch(
+    conn.execute_batch(concat!(
         "ALTER TABLE owners ADD COLUMN owner_key INTEGER NOT NULL DEFAULT 0;
          UPDATE owners SET owner_key = k.n
            FROM (SELECT owner_id, row_number() OVER (ORDER BY created_at, owner_id) AS n FROM owners) AS k
            WHERE k.owner_id = owners.owner_id;
-         CREATE TABLE events_by_key (
-             seq       INTEGER PRIMARY KEY,
-             owner_key INTEGER NOT NULL,
-             event_id  TEXT NOT NULL,
-             stream_id TEXT,
-             envelope  TEXT NOT NULL,
-             bytes     INTEGER NOT NULL
-         );
+         CREATE TABLE events_by_key (",
+        events_columns!(),
+        ");
          INSERT INTO events_by_key (seq, owner_key, event_id, stream_id, envelope, bytes)
            SELECT e.seq, o.owner_key, e.event_id, e.stream_id, e.envelope, e.bytes
            FROM events AS e JOIN owners AS o ON o.owner_id = e.owner_id ORDER BY e.seq;
          DROP TABLE events;
-         ALTER TABLE events_by_key RENAME TO events;",
-    )?;
+         ALTER TABLE events_by_key RENAME TO events;"
+    ))?;
     Ok(())
 }
 
