@@ -3,6 +3,7 @@
 //! pushes of 1000 events (a device catching up), and of 10 (devices pushing as they write).
 //!
 //! `cargo bench -p simplysync-relay --bench throughput [-- RUNS]` (default 3 runs per case).
+//! With `BENCH_RELAY_BINS=label=path,…` it measures those relay binaries in turn, run by run.
 //! With `BENCH_RELAY_URL=http://…` it loads that relay instead of starting one (for profiling
 //! a relay under `perf record`). With `BENCH_PG=postgres://…/postgres` (a server it may create
 //! databases on) it also measures one PostgreSQL-backed process and three processes on one
@@ -49,7 +50,7 @@ fn psql(url: &str, sql: &str) {
 }
 
 impl Server {
-    fn start(backend: Backend, run: usize) -> Server {
+    fn start(backend: Backend, binary: &std::path::Path, run: usize) -> Server {
         if let Ok(url) = std::env::var("BENCH_RELAY_URL") {
             return Server {
                 children: Vec::new(),
@@ -71,7 +72,7 @@ impl Server {
         };
         let mut server = Server { children: Vec::new(), urls: Vec::new(), dir: dir.clone() };
         for _ in 0..processes {
-            let mut cmd = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"));
+            let mut cmd = Command::new(binary);
             cmd.env("PORT", "0")
                 .env("DB_PATH", dir.join("relay.sqlite"))
                 .env("RUST_LOG", "warn")
@@ -186,6 +187,18 @@ fn median(mut v: Vec<f64>) -> f64 {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let runs: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(3);
+    // BENCH_RELAY_BINS="before=/path/a,after=/path/b": relay binaries measured in turn, run by
+    // run, so a before/after pair shares the machine's state (default: this build's relay).
+    let binaries: Vec<(String, std::path::PathBuf)> = match std::env::var("BENCH_RELAY_BINS") {
+        Ok(list) => list
+            .split(',')
+            .map(|item| {
+                let (label, path) = item.split_once('=').expect("BENCH_RELAY_BINS items are label=path");
+                (format!(" ({label})"), path.into())
+            })
+            .collect(),
+        Err(_) => vec![(String::new(), env!("CARGO_BIN_EXE_simplysync-relay").into())],
+    };
     let mut backends = vec![Backend::Sqlite];
     if std::env::var("BENCH_PG").is_ok() {
         backends.extend([Backend::Postgres(1), Backend::Postgres(3)]);
@@ -196,51 +209,55 @@ async fn main() {
         let loads: Vec<Arc<OwnerLoad>> = (0..owners).map(|_| Arc::new(owner_load(per_owner, batch))).collect();
         let stored_size = loads[0].bodies[0].len() / batch.min(per_owner);
         for &backend in &backends {
-            let (mut push, mut pull) = (Vec::new(), Vec::new());
+            let mut figures = vec![(Vec::new(), Vec::new()); binaries.len()];
             for run in 0..runs {
-                let server = Server::start(backend, run);
-                let urls = Urls(Arc::new((server.urls.clone(), Default::default())));
-                let _ = rustls::crypto::ring::default_provider().install_default();
-                let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
-                let total: usize = loads.iter().map(|l| l.events).sum();
-                let started = Instant::now();
-                let tasks: Vec<_> = loads
-                    .iter()
-                    .map(|l| {
-                        let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
-                        tokio::spawn(async move { push_all(&c, &u, &l).await })
-                    })
-                    .collect();
-                for t in tasks {
-                    t.await.unwrap();
+                for ((_, binary), (push, pull)) in binaries.iter().zip(figures.iter_mut()) {
+                    let server = Server::start(backend, binary, run);
+                    let urls = Urls(Arc::new((server.urls.clone(), Default::default())));
+                    let _ = rustls::crypto::ring::default_provider().install_default();
+                    let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+                    let total: usize = loads.iter().map(|l| l.events).sum();
+                    let started = Instant::now();
+                    let tasks: Vec<_> = loads
+                        .iter()
+                        .map(|l| {
+                            let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
+                            tokio::spawn(async move { push_all(&c, &u, &l).await })
+                        })
+                        .collect();
+                    for t in tasks {
+                        t.await.unwrap();
+                    }
+                    push.push(total as f64 / started.elapsed().as_secs_f64());
+                    let started = Instant::now();
+                    let tasks: Vec<_> = loads
+                        .iter()
+                        .map(|l| {
+                            let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
+                            tokio::spawn(async move { pull_all(&c, &u, &l).await })
+                        })
+                        .collect();
+                    let mut pulled = 0;
+                    for t in tasks {
+                        pulled += t.await.unwrap();
+                    }
+                    assert_eq!(pulled, total);
+                    pull.push(total as f64 / started.elapsed().as_secs_f64());
                 }
-                push.push(total as f64 / started.elapsed().as_secs_f64());
-                let started = Instant::now();
-                let tasks: Vec<_> = loads
-                    .iter()
-                    .map(|l| {
-                        let (c, u, l) = (client.clone(), urls.clone(), Arc::clone(l));
-                        tokio::spawn(async move { pull_all(&c, &u, &l).await })
-                    })
-                    .collect();
-                let mut pulled = 0;
-                for t in tasks {
-                    pulled += t.await.unwrap();
-                }
-                assert_eq!(pulled, total);
-                pull.push(total as f64 / started.elapsed().as_secs_f64());
             }
             let fmt = |v: &Vec<f64>| {
                 let (lo, hi) = (v.iter().cloned().fold(f64::MAX, f64::min), v.iter().cloned().fold(0.0, f64::max));
                 format!("{:.0} [{:.0}–{:.0}]", median(v.clone()), lo, hi)
             };
-            println!(
-                "| {} | {owners} | {} | {batch} | {} | {} | {stored_size} |",
-                backend.label(),
-                owners * per_owner,
-                fmt(&push),
-                fmt(&pull)
-            );
+            for ((label, _), (push, pull)) in binaries.iter().zip(&figures) {
+                println!(
+                    "| {}{label} | {owners} | {} | {batch} | {} | {} | {stored_size} |",
+                    backend.label(),
+                    owners * per_owner,
+                    fmt(push),
+                    fmt(pull)
+                );
+            }
         }
     }
 }

@@ -173,7 +173,7 @@ fn columns(db: &std::path::Path, table: &str) -> Vec<String> {
     stmt.query_map([table], |r| r.get(0)).unwrap().collect::<Result<_, _>>().unwrap()
 }
 
-async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
+async fn earlier_layouts_are_brought_up_to_date_on_open(layout: u8) {
     let mut relay = Relay::start(&[]);
     let (alice, bob, dave) = (Owner::new(), Owner::new(), Owner::new());
     relay.push(&bob, &[bob.event("x", 1), bob.event("y", 2)]).await;
@@ -183,20 +183,34 @@ async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
     let pushed = versions_of_three_rows(&relay, &alice).await;
     let before = (relay.pull_all(&alice).await, relay.pull_all(&bob).await);
     relay.stop();
-    common::downgrade_to_layout(&relay.db, counters);
-    assert!(columns(&relay.db, "events").contains(&"owner_id".to_owned()));
+    match layout {
+        3 => common::downgrade_to_layout_3(&relay.db),
+        _ => common::downgrade_to_layout(&relay.db, layout == 2),
+    }
+    assert_eq!(columns(&relay.db, "events").contains(&"owner_id".to_owned()), layout < 3);
 
     relay.restart();
     assert!(columns(&relay.db, "events").contains(&"owner_key".to_owned()), "{:?}", columns(&relay.db, "events"));
-    let wal = std::fs::metadata(relay.db.with_extension("sqlite-wal")).map(|m| m.len()).unwrap_or(0);
-    assert_eq!(wal, 0, "the rebuilt table was checkpointed out of the WAL right after the migration");
+    if layout < 3 {
+        let wal = std::fs::metadata(relay.db.with_extension("sqlite-wal")).map(|m| m.len()).unwrap_or(0);
+        assert_eq!(wal, 0, "the rebuilt table was checkpointed out of the WAL right after the migration");
+    }
+    // Layout 4: the stream index is a table holding every stored event with a stream.
+    let c = rusqlite::Connection::open(&relay.db).unwrap();
+    let (indexed, index_left): (i64, i64) = (
+        c.query_row("SELECT count(*) FROM event_streams", [], |r| r.get(0)).unwrap(),
+        c.query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'events_by_owner_stream'", [], |r| r.get(0))
+            .unwrap(),
+    );
+    assert_eq!((indexed, index_left), (8, 0));
+    drop(c);
     let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
     for line in ["simplysync_stored_events 8\n", "simplysync_owners 3\n", "simplysync_owners_closed 1\n"] {
         assert!(metrics.contains(line), "{line}: {metrics}");
     }
     let version: i64 =
         rusqlite::Connection::open(&relay.db).unwrap().query_row("PRAGMA user_version", [], |r| r.get(0)).unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, 4);
     // Every event is where it was: same envelopes, same seqs, each owner's own.
     assert_eq!((relay.pull_all(&alice).await, relay.pull_all(&bob).await), before);
     let account = relay.status_of(&alice).await.json()["account"].clone();
@@ -227,13 +241,18 @@ async fn earlier_layouts_are_re_keyed_by_owner_on_open(counters: bool) {
 }
 
 #[tokio::test]
+async fn a_database_of_layout_3_gets_its_stream_index_as_a_table_on_open() {
+    earlier_layouts_are_brought_up_to_date_on_open(3).await;
+}
+
+#[tokio::test]
 async fn a_database_of_layout_2_is_re_keyed_by_owner_on_open_and_keeps_every_event() {
-    earlier_layouts_are_re_keyed_by_owner_on_open(true).await;
+    earlier_layouts_are_brought_up_to_date_on_open(2).await;
 }
 
 #[tokio::test]
 async fn a_database_of_layout_1_gets_owner_keys_and_its_counters_on_open() {
-    earlier_layouts_are_re_keyed_by_owner_on_open(false).await;
+    earlier_layouts_are_brought_up_to_date_on_open(1).await;
 }
 
 #[tokio::test]

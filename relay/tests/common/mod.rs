@@ -585,10 +585,26 @@ pub async fn versions_of_three_rows(relay: &Relay, alice: &Owner) -> Vec<SyncEnv
     events
 }
 
+/// Turns a database this relay wrote back into layout 3: the stream index an index on `events`
+/// kept with every push, no `event_streams` table, every owner's stream count exact.
+pub fn downgrade_to_layout_3(db: &std::path::Path) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    c.execute_batch(
+        "DROP TABLE event_streams;
+         DELETE FROM relay_meta WHERE key = 'streams_indexed_seq';
+         UPDATE owners SET stream_count =
+           (SELECT count(DISTINCT stream_id) FROM events WHERE events.owner_key = owners.owner_key);
+         CREATE INDEX events_by_owner_stream ON events (owner_key, stream_id, event_id) WHERE stream_id IS NOT NULL;
+         PRAGMA user_version = 3;",
+    )
+    .unwrap();
+}
+
 /// Turns a database this relay wrote back into layout 2 (events under the 22-character owner
 /// id, the indexes of that layout, no owner keys) — and, with `counters: false`, layout 1 (whose
 /// files carry no `user_version`: 0).
 pub fn downgrade_to_layout(db: &std::path::Path, counters: bool) {
+    downgrade_to_layout_3(db);
     let c = rusqlite::Connection::open(db).unwrap();
     c.execute_batch(
         "CREATE TABLE events_v2 (

@@ -93,16 +93,30 @@ impl PgStore {
         }
         let mut report = ImportReport { head_seq: head_seq.max(0) as u64, ..ImportReport::default() };
 
+        // Layout 4 counts an owner's new streams when they reach the stream index: the events
+        // after `streams_indexed_seq` may start streams the count does not hold yet.
+        let batched_index: i64 = sqlite
+            .query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'event_streams'", [], |r| r.get(0))
+            .map_err(sqlite_error)?;
+        let indexed: i64 = meta("streams_indexed_seq")?.and_then(|s| s.parse().ok()).unwrap_or(0);
         let owners: Vec<OwnerRow> = {
             let mut stmt = sqlite
-                .prepare(
+                .prepare(if batched_index > 0 {
+                    "SELECT owner_id, token_hash, created_at, closed_at, stored_bytes, head_seq, event_count,
+                            stream_count + (SELECT count(DISTINCT e.stream_id) FROM events AS e
+                              WHERE e.owner_key = owners.owner_key AND e.seq > ?1 AND e.stream_id IS NOT NULL
+                                AND NOT EXISTS (SELECT 1 FROM event_streams AS s
+                                                WHERE s.owner_key = owners.owner_key AND s.stream_id = e.stream_id)),
+                            (SELECT count(*) FROM blobs WHERE blobs.owner_id = owners.owner_id)
+                     FROM owners"
+                } else {
                     "SELECT owner_id, token_hash, created_at, closed_at, stored_bytes, head_seq, event_count, stream_count,
                             (SELECT count(*) FROM blobs WHERE blobs.owner_id = owners.owner_id)
-                     FROM owners",
-                )
+                     FROM owners"
+                })
                 .map_err(sqlite_error)?;
             let rows = stmt
-                .query_map([], |r| {
+                .query_map(rusqlite::params_from_iter((batched_index > 0).then_some(indexed)), |r| {
                     Ok((
                         r.get(0)?,
                         r.get(1)?,

@@ -10,6 +10,7 @@ use rusqlite::{params, OptionalExtension};
 
 use super::owners::{apply, Delta};
 use super::schema::set_meta;
+use super::streams::index_tail;
 use super::SqliteStore;
 use crate::store::{CompactionReport, StoreError};
 
@@ -33,6 +34,8 @@ pub(super) fn compact_all(store: &SqliteStore, now: &str, cancel: &AtomicBool) -
                 break 'owners;
             }
             let (deleted, bytes, next) = store.write(None, |tx| {
+                // Pushes since the last batch may have left a tail outside the stream index.
+                index_tail(tx, 0)?;
                 // The window: this owner's next BATCH events after the cursor.
                 let upper: Option<i64> = tx
                     .prepare_cached(
@@ -41,22 +44,26 @@ pub(super) fn compact_all(store: &SqliteStore, now: &str, cancel: &AtomicBool) -
                     .query_row(params![owner_key, cursor, BATCH - 1], |r| r.get(0))
                     .optional()?;
                 let upper = upper.unwrap_or(i64::MAX);
-                let mut stmt = tx.prepare_cached(
-                    "DELETE FROM events WHERE seq IN (
-                       SELECT e.seq FROM events AS e
-                       WHERE e.owner_key = ?1 AND e.seq > ?2 AND e.seq <= ?3 AND e.stream_id IS NOT NULL
-                         AND EXISTS (SELECT 1 FROM events AS newer
-                                     WHERE newer.owner_key = ?1 AND newer.stream_id = e.stream_id
-                                       AND newer.event_id > e.event_id))
-                     RETURNING bytes",
-                )?;
-                let mut rows = stmt.query(params![owner_key, cursor, upper])?;
+                let deleted: Vec<(String, i64, i64)> = tx
+                    .prepare_cached(
+                        "DELETE FROM events WHERE seq IN (
+                           SELECT e.seq FROM events AS e
+                           WHERE e.owner_key = ?1 AND e.seq > ?2 AND e.seq <= ?3 AND e.stream_id IS NOT NULL
+                             AND EXISTS (SELECT 1 FROM event_streams AS s JOIN events AS newer ON newer.seq = s.seq
+                                         WHERE s.owner_key = ?1 AND s.stream_id = e.stream_id
+                                           AND newer.event_id > e.event_id))
+                         RETURNING stream_id, seq, bytes",
+                    )?
+                    .query_map(params![owner_key, cursor, upper], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+                    .collect::<Result<_, _>>()?;
+                let mut unindex = tx
+                    .prepare_cached("DELETE FROM event_streams WHERE owner_key = ?1 AND stream_id = ?2 AND seq = ?3")?;
                 let (mut n, mut bytes) = (0i64, 0i64);
-                while let Some(row) = rows.next()? {
+                for (stream_id, seq, size) in &deleted {
+                    unindex.execute(params![owner_key, stream_id, seq])?;
                     n += 1;
-                    bytes += row.get::<_, i64>(0)?;
+                    bytes += size;
                 }
-                drop(rows);
                 apply(tx, &owner_id, Delta { bytes: -bytes, events: -n, streams: 0 })?;
                 Ok((n as u64, bytes as u64, (upper != i64::MAX).then_some(upper)))
             })?;

@@ -16,6 +16,7 @@ mod compact;
 mod hwm;
 mod owners;
 mod schema;
+mod streams;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -297,7 +298,6 @@ impl RelayStore for SqliteStore {
         let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
         let mut seq = meta_u64(&tx, "seq")?;
         let head_before = seq;
-        let mut streams = 0i64;
         {
             // ON CONFLICT on the (owner, event id) key only: any other conflict — a seq that
             // somehow exists — is an error, never silently ignored.
@@ -306,21 +306,14 @@ impl RelayStore for SqliteStore {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_key, event_id) DO NOTHING",
             )?;
             let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
-            let mut known_stream =
-                tx.prepare_cached("SELECT 1 FROM events WHERE owner_key = ?1 AND stream_id = ?2 LIMIT 1")?;
             for ev in events {
                 let bytes = ev.json.len() as i64;
-                let new_stream = match &ev.stream_id {
-                    Some(s) => !known_stream.exists(params![owner.key, s])?,
-                    None => false,
-                };
                 let n =
                     insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
                 if n == 1 {
                     seq += 1;
                     out.accepted += 1;
                     out.added_bytes += bytes as u64;
-                    streams += i64::from(new_stream);
                 } else {
                     out.duplicate += 1;
                     let existing: String = stored.query_row(params![owner.key, ev.event_id], |r| r.get(0))?;
@@ -335,8 +328,10 @@ impl RelayStore for SqliteStore {
             set_meta(&tx, "seq", &(seq as i64))?;
             tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
                 .execute(params![owner_id, seq as i64])?;
+            // New streams are counted when their events reach the stream index (streams.rs).
+            streams::index_tail(&tx, streams::INDEX_BATCH)?;
         }
-        apply(&tx, owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams })?;
+        apply(&tx, owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
         tx.commit()?;
         self.checkpointer.committed();
         out.head_seq = if seq != head_before { seq } else { 0 };
@@ -391,8 +386,12 @@ impl RelayStore for SqliteStore {
     ) -> Result<CompactResponse, StoreError> {
         self.write(deadline, |tx| {
             let owner = existing_owner(tx, owner_id, token_hash)?;
-            let mut delete =
-                tx.prepare_cached("DELETE FROM events WHERE owner_key = ?1 AND stream_id = ?2 RETURNING bytes")?;
+            streams::index_tail(tx, 0)?;
+            let mut delete = tx.prepare_cached(
+                "DELETE FROM events WHERE seq IN (
+                   SELECT seq FROM event_streams WHERE owner_key = ?1 AND stream_id = ?2) RETURNING bytes",
+            )?;
+            let mut unindex = tx.prepare_cached("DELETE FROM event_streams WHERE owner_key = ?1 AND stream_id = ?2")?;
             let mut out = CompactResponse { deleted_events: 0, reclaimed_bytes: 0 };
             let mut streams = 0i64;
             for stream in stream_ids {
@@ -403,6 +402,8 @@ impl RelayStore for SqliteStore {
                     out.deleted_events += 1;
                     out.reclaimed_bytes += row.get::<_, i64>(0)? as u64;
                 }
+                drop(rows);
+                unindex.execute(params![owner.key, stream])?;
                 streams += i64::from(any);
             }
             let d =
@@ -428,6 +429,7 @@ impl RelayStore for SqliteStore {
                 other => other?,
             }
             let deleted_events = tx.execute("DELETE FROM events WHERE owner_key = ?1", [owner.key])? as u64;
+            tx.execute("DELETE FROM event_streams WHERE owner_key = ?1", [owner.key])?;
             let deleted_blobs = tx.execute("DELETE FROM blobs WHERE owner_id = ?1", [owner_id])? as u64;
             let d = Delta {
                 bytes: -(owner.stored_bytes as i64),
@@ -497,14 +499,18 @@ impl RelayStore for SqliteStore {
 
     fn account(&self, owner_id: &str, token_hash: &str, quota: u64) -> Result<AccountInfo, StoreError> {
         self.read(|conn| {
-            let owner = existing_owner(conn, owner_id, token_hash)?;
+            // One snapshot for the owner row and the stream index's tail.
+            let tx = conn.transaction()?;
+            let owner = existing_owner(&tx, owner_id, token_hash)?;
+            let streams = owner.stream_count + streams::pending_new_streams(&tx, owner.key)?;
+            tx.commit()?;
             Ok(AccountInfo {
                 owner_id: owner_id.to_owned(),
                 quota_bytes: quota,
                 used_bytes: owner.stored_bytes,
                 used_pct: super::used_pct(owner.stored_bytes, quota),
                 head_seq: owner.head_seq,
-                streams: owner.stream_count,
+                streams,
                 events: owner.event_count,
                 created_at: owner.created_at,
             })

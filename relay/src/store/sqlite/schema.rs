@@ -32,7 +32,12 @@ CREATE TABLE IF NOT EXISTS events (",
     ");
 CREATE UNIQUE INDEX IF NOT EXISTS events_by_owner_event ON events (owner_key, event_id);
 CREATE INDEX IF NOT EXISTS events_by_owner_seq ON events (owner_key, seq);
-CREATE INDEX IF NOT EXISTS events_by_owner_stream ON events (owner_key, stream_id, event_id) WHERE stream_id IS NOT NULL;
+CREATE TABLE IF NOT EXISTS event_streams (
+    owner_key INTEGER NOT NULL,
+    stream_id TEXT NOT NULL,
+    seq       INTEGER NOT NULL,
+    PRIMARY KEY (owner_key, stream_id, seq)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS blobs (
     owner_id   TEXT NOT NULL,
     hash       TEXT NOT NULL,
@@ -48,8 +53,9 @@ CREATE TABLE IF NOT EXISTS blobs (
 pub(super) const COUNTERS: [&str; 4] = ["events", "blobs", "owners", "closed_owners"];
 
 /// The schema version this relay writes (`PRAGMA user_version`): 1 the first layout, 2 with
-/// maintained counters, 3 with events keyed by the owner's integer key instead of its id.
-pub(super) const SCHEMA_VERSION: i64 = 3;
+/// maintained counters, 3 with events keyed by the owner's integer key instead of its id, 4 with
+/// the stream index in its own table, kept in batches (`streams.rs`) instead of an index on events.
+pub(super) const SCHEMA_VERSION: i64 = 4;
 
 /// Creates the tables of a new database, or brings one made by an earlier relay up to
 /// [`SCHEMA`] — events re-keyed by owner (layout 3), then the per-owner event and stream counts
@@ -75,8 +81,16 @@ pub(super) fn migrate(conn: &Connection) -> Result<bool, StoreError> {
     if rebuilt {
         key_events_by_owner(conn)?;
     }
+    let has_stream_table: bool =
+        conn.query_row("SELECT count(*) FROM sqlite_schema WHERE name = 'event_streams'", [], |r| r.get::<_, i64>(0))?
+            > 0;
     conn.execute_batch(SCHEMA)?;
+    if !has_stream_table {
+        index_streams_once(conn)?;
+    }
     if !has_counts {
+        // The counts come from the rows, so every row is in the stream index from here on.
+        super::streams::index_tail_uncounted(conn)?;
         conn.execute_batch(
             "ALTER TABLE owners ADD COLUMN event_count INTEGER NOT NULL DEFAULT 0;
              ALTER TABLE owners ADD COLUMN stream_count INTEGER NOT NULL DEFAULT 0;
@@ -96,6 +110,13 @@ pub(super) fn migrate(conn: &Connection) -> Result<bool, StoreError> {
         conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION}"))?;
     }
     Ok(rebuilt)
+}
+
+/// Layout 4: the stream index moves from an index on `events` (kept with every push) to the
+/// `event_streams` table, filled here with every stored event; the stream counts stay as they are.
+fn index_streams_once(conn: &Connection) -> Result<(), StoreError> {
+    conn.execute_batch("DROP INDEX IF EXISTS events_by_owner_stream;")?;
+    super::streams::index_tail_uncounted(conn)
 }
 
 /// Layout 3: each owner gets an integer key (in registration order) and the events table is
