@@ -47,12 +47,7 @@ pub(super) fn index_tail(conn: &Connection, at_least: u64) -> Result<(), StoreEr
         )?
         .query_map(range, |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<Result<_, _>>()?;
-    conn.prepare_cached(
-        "INSERT INTO event_streams (owner_key, stream_id, seq)
-         SELECT owner_key, stream_id, seq FROM events WHERE seq > ?1 AND seq <= ?2 AND stream_id IS NOT NULL
-         ORDER BY owner_key, stream_id, seq",
-    )?
-    .execute(range)?;
+    insert_range(conn, indexed, head)?;
     let mut credit = conn.prepare_cached("UPDATE owners SET stream_count = stream_count + ?2 WHERE owner_key = ?1")?;
     for (owner_key, streams) in new_streams {
         credit.execute(params![owner_key, streams])?;
@@ -64,13 +59,21 @@ pub(super) fn index_tail(conn: &Connection, at_least: u64) -> Result<(), StoreEr
 /// (or has counted) the streams from the rows themselves.
 pub(super) fn index_tail_uncounted(conn: &Connection) -> Result<(), StoreError> {
     let (indexed, head) = (meta_u64(conn, INDEXED_SEQ)?, meta_u64(conn, "seq")?);
+    // No upper bound: a migrated file's rows are all indexed, whatever its seq counter says.
+    insert_range(conn, indexed, i64::MAX as u64)?;
+    set_meta(conn, INDEXED_SEQ, &(head.max(indexed) as i64))
+}
+
+/// Copies the events with `indexed < seq <= head` into the index, in index order (one sorted
+/// pass over the new pages instead of a random write per event).
+fn insert_range(conn: &Connection, indexed: u64, head: u64) -> Result<(), StoreError> {
     conn.prepare_cached(
         "INSERT INTO event_streams (owner_key, stream_id, seq)
-         SELECT owner_key, stream_id, seq FROM events WHERE seq > ?1 AND stream_id IS NOT NULL
+         SELECT owner_key, stream_id, seq FROM events WHERE seq > ?1 AND seq <= ?2 AND stream_id IS NOT NULL
          ORDER BY owner_key, stream_id, seq",
     )?
-    .execute(params![indexed as i64])?;
-    set_meta(conn, INDEXED_SEQ, &(head.max(indexed) as i64))
+    .execute(params![indexed as i64, head as i64])?;
+    Ok(())
 }
 
 /// The streams of `owner_key` that the tail starts (not yet in its stream count).
