@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
@@ -65,8 +65,8 @@ pub fn query(raw: Option<&str>) -> HashMap<String, String> {
 }
 
 /// Reads a whole body, refusing more than `limit` bytes with 413 (early, from Content-Length,
-/// when the client declares it).
-pub async fn body_bytes(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> Result<Vec<u8>, ApiError> {
+/// when the client declares it). The body's chunks are joined once, not copied again.
+pub async fn body_bytes(headers: &HeaderMap, body: Body, limit: usize, what: &str) -> Result<Bytes, ApiError> {
     let too_large = || ApiError::TooLarge(format!("{what} is larger than the limit of {limit} bytes"));
     if let Some(len) = headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok()) {
         if len > limit as u64 {
@@ -74,7 +74,7 @@ pub async fn body_bytes(headers: &HeaderMap, body: Body, limit: usize, what: &st
         }
     }
     match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
         Err(e) => Err(ApiError::BadRequest(format!("could not read the request body: {e}"))),
     }
