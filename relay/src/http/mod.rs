@@ -117,18 +117,21 @@ where
     let out = tokio::task::spawn_blocking(move || f(store.as_ref()))
         .await
         .map_err(|e| ApiError::Internal(format!("store task failed: {e}")))?;
-    out.map_err(|e| {
-        match &e {
-            StoreError::OwnerQuota { .. } => st.metrics.record_quota_rejection("owner"),
-            StoreError::TotalQuota { .. } => st.metrics.record_quota_rejection("total"),
-            StoreError::StorageFull(_) | StoreError::Busy(_) | StoreError::Backend(_) | StoreError::Setup(_) => {
-                st.metrics.record_db_error(e.kind())
-            }
-            StoreError::RegistrationRefused(_) => st.metrics.record_rejection("registration"),
-            _ => {}
+    out.map_err(|e| store_failure(st, e))
+}
+
+/// A store error as the client hears it, counted in the metrics.
+pub fn store_failure(st: &AppState, e: StoreError) -> ApiError {
+    match &e {
+        StoreError::OwnerQuota { .. } => st.metrics.record_quota_rejection("owner"),
+        StoreError::TotalQuota { .. } => st.metrics.record_quota_rejection("total"),
+        StoreError::StorageFull(_) | StoreError::Busy(_) | StoreError::Backend(_) | StoreError::Setup(_) => {
+            st.metrics.record_db_error(e.kind())
         }
-        ApiError::from(e)
-    })
+        StoreError::RegistrationRefused(_) => st.metrics.record_rejection("registration"),
+        _ => {}
+    }
+    ApiError::from(e)
 }
 
 async fn not_found() -> ApiError {
