@@ -16,6 +16,57 @@ pub struct PushRequest {
     pub events: Vec<SyncEnvelope>,
 }
 
+/// The push body borrowing its text from the request bytes (the relay's parse).
+pub mod borrowed {
+    use std::borrow::Cow;
+
+    use serde::Deserialize;
+
+    /// `POST /v1/events` body as the relay reads it: the same fields and parse errors (the same
+    /// type names) as [`super::PushRequest`], with text borrowed from the request bytes wherever
+    /// it has no JSON escapes (an envelope's base64url fields never do), so a push's ciphertexts
+    /// are not copied one by one before they are stored.
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct PushRequest<'a> {
+        /// The owner pushing.
+        #[serde(borrow)]
+        pub owner_id: Cow<'a, str>,
+        /// The envelopes, at most `MAX_EVENTS_PER_PUSH`.
+        #[serde(borrow)]
+        pub events: Vec<SyncEnvelope<'a>>,
+    }
+
+    /// A [`super::SyncEnvelope`] whose text borrows from the bytes it was parsed from where it can.
+    #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct SyncEnvelope<'a> {
+        /// Always 1.
+        pub version: u32,
+        /// The owner (routing; part of the AAD).
+        #[serde(borrow)]
+        pub owner_id: Cow<'a, str>,
+        /// Unique per owner.
+        #[serde(borrow)]
+        pub event_id: Cow<'a, str>,
+        /// The device that produced it.
+        #[serde(borrow)]
+        pub device_id: Cow<'a, str>,
+        /// Wall-clock ISO time, advisory only.
+        #[serde(borrow)]
+        pub created_at: Cow<'a, str>,
+        /// The row's pseudonymous stream id, when set.
+        #[serde(borrow, default)]
+        pub stream_id: Option<Cow<'a, str>>,
+        /// base64url of the 12-byte nonce.
+        #[serde(borrow)]
+        pub nonce: Cow<'a, str>,
+        /// base64url of the AES-256-GCM output (ciphertext ‖ 16-byte tag).
+        #[serde(borrow)]
+        pub ciphertext: Cow<'a, str>,
+    }
+}
+
 /// `POST /v1/events` response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PushResponse {
@@ -192,4 +243,61 @@ pub struct ErrorBody {
     pub error: String,
     /// What was wrong, for humans.
     pub message: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::borrow::Cow;
+
+    use super::*;
+
+    fn envelope(event_id: &str, stream_id: Option<&str>) -> SyncEnvelope {
+        SyncEnvelope {
+            version: 1,
+            owner_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            event_id: event_id.into(),
+            device_id: "dev \"A\"".into(),
+            created_at: "2026-12-01T00:00:00.000Z".into(),
+            stream_id: stream_id.map(Into::into),
+            nonce: "BBBBBBBBBBBBBBBB".into(),
+            ciphertext: "CCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCCC".into(),
+        }
+    }
+
+    #[test]
+    fn the_borrowed_push_body_reads_the_same_fields_and_copies_no_unescaped_text() {
+        let owned = PushRequest {
+            owner_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
+            events: vec![envelope("e1 \\ ü\n", Some("DDDDDDDDDDDDDDDDDDDDDD")), envelope("e2", None)],
+        };
+        let bytes = serde_json::to_vec(&owned).unwrap();
+        let read: borrowed::PushRequest<'_> = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(read.owner_id, owned.owner_id);
+        assert_eq!(read.events.len(), 2);
+        for (r, o) in read.events.iter().zip(&owned.events) {
+            assert_eq!(r.version, o.version);
+            assert_eq!((&*r.owner_id, &*r.event_id, &*r.device_id), (&*o.owner_id, &*o.event_id, &*o.device_id));
+            assert_eq!((&*r.created_at, r.stream_id.as_deref()), (&*o.created_at, o.stream_id.as_deref()));
+            assert_eq!((&*r.nonce, &*r.ciphertext), (&*o.nonce, &*o.ciphertext));
+            assert!(matches!(r.ciphertext, Cow::Borrowed(_)) && matches!(r.nonce, Cow::Borrowed(_)));
+        }
+        assert!(matches!(read.events[0].event_id, Cow::Owned(_)), "escaped text is unescaped into its own string");
+    }
+
+    #[test]
+    fn the_borrowed_push_body_refuses_what_the_owned_one_refuses() {
+        let bad = [
+            r#"{"ownerId":"A","events":[{"version":1}]}"#,
+            r#"{"ownerId":"A","events":[{"version":"1","ownerId":"A","eventId":"e","deviceId":"d","createdAt":"c","nonce":"n","ciphertext":"x"}]}"#,
+            r#"{"events":[]}"#,
+            r#"{"ownerId":7,"events":[]}"#,
+            r#"[]"#,
+            r#"{"ownerId":"A","events":[[]]}"#,
+        ];
+        for body in bad {
+            let owned = serde_json::from_str::<PushRequest>(body).unwrap_err().to_string();
+            let borrowed = serde_json::from_str::<borrowed::PushRequest<'_>>(body).unwrap_err().to_string();
+            assert_eq!(borrowed, owned, "for {body}");
+        }
+    }
 }

@@ -4,10 +4,11 @@ use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::response::{IntoResponse, Response};
 use axum::Extension;
+use simplysync_protocol::base64url;
 use simplysync_protocol::envelope::{NONCE_LEN, TAG_LEN};
 use simplysync_protocol::identity::{is_stream_id, relay_token_hash};
-use simplysync_protocol::wire::{PushRequest, PushResponse};
-use simplysync_protocol::{base64url, SyncEnvelope};
+use simplysync_protocol::wire::borrowed::{PushRequest, SyncEnvelope};
+use simplysync_protocol::wire::PushResponse;
 
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
@@ -58,7 +59,7 @@ fn base64url_decoded_len(s: &str) -> Option<usize> {
 
 /// Checks one envelope the way the spec's relays do (version, owner, required fields) plus
 /// the sealed forms of nonce, ciphertext and stream id.
-fn validate_envelope(index: usize, e: &SyncEnvelope, owner: &str) -> Result<(), ApiError> {
+fn validate_envelope(index: usize, e: &SyncEnvelope<'_>, owner: &str) -> Result<(), ApiError> {
     let bad = |reason: String| ApiError::InvalidEnvelope { index, reason };
     if e.version != 1 {
         return Err(bad(format!("version must be 1, got {}", e.version)));
@@ -89,7 +90,7 @@ fn validate_envelope(index: usize, e: &SyncEnvelope, owner: &str) -> Result<(), 
 /// nonce and ciphertext are base64url, which JSON never escapes, so ~97% of its bytes are
 /// copied as they are instead of scanned one by one (that scan was ~10% of the relay's CPU in
 /// a push). The three free-text fields still go through serde_json's escaping.
-fn stored_json(e: &SyncEnvelope) -> String {
+fn stored_json(e: &SyncEnvelope<'_>) -> String {
     fn text(out: &mut String, s: &str) {
         // A &str always serializes.
         out.push_str(&serde_json::to_string(s).unwrap_or_default());
@@ -147,8 +148,11 @@ struct Batch {
 /// Parses and validates a push body (on the blocking pool: a body may be megabytes). The
 /// order: the body's JSON and owner id, then who is asking (401/410 before the envelopes are
 /// judged, so a closed owner's device hears 410 even for a bad batch), then the batch.
-fn parse_batch(bytes: &[u8], limits: &crate::config::Limits) -> Result<(String, Vec<SyncEnvelope>), ApiError> {
-    let req: PushRequest = json(bytes)?;
+fn parse_batch<'a>(
+    bytes: &'a [u8],
+    limits: &crate::config::Limits,
+) -> Result<(String, Vec<SyncEnvelope<'a>>), ApiError> {
+    let req: PushRequest<'a> = json(bytes)?;
     let owner = owner_id(Some(&req.owner_id), "ownerId")?;
     if req.events.len() > limits.max_events_per_push {
         return Err(ApiError::TooLarge(format!(
@@ -160,7 +164,11 @@ fn parse_batch(bytes: &[u8], limits: &crate::config::Limits) -> Result<(String, 
     Ok((owner, req.events))
 }
 
-fn validate_batch(owner: String, events: Vec<SyncEnvelope>, limits: &crate::config::Limits) -> Result<Batch, ApiError> {
+fn validate_batch(
+    owner: String,
+    events: Vec<SyncEnvelope<'_>>,
+    limits: &crate::config::Limits,
+) -> Result<Batch, ApiError> {
     let mut prepared = Vec::with_capacity(events.len());
     for (index, e) in events.into_iter().enumerate() {
         validate_envelope(index, &e, &owner)?;
@@ -172,7 +180,11 @@ fn validate_batch(owner: String, events: Vec<SyncEnvelope>, limits: &crate::conf
                 limits.max_event_bytes
             )));
         }
-        prepared.push(NewEvent { event_id: e.event_id, stream_id: e.stream_id, json });
+        prepared.push(NewEvent {
+            event_id: e.event_id.into_owned(),
+            stream_id: e.stream_id.map(|s| s.into_owned()),
+            json,
+        });
     }
     Ok(Batch { owner, events: prepared })
 }
@@ -316,7 +328,7 @@ mod tests {
 
     #[test]
     fn the_stored_form_of_an_envelope_is_exactly_serde_jsons() {
-        let base = SyncEnvelope {
+        let base = simplysync_protocol::SyncEnvelope {
             version: 1,
             owner_id: "AAAAAAAAAAAAAAAAAAAAAA".into(),
             event_id: "000001764504000001-000000-devA".into(),
@@ -329,14 +341,16 @@ mod tests {
         let texts = ["plain", "quote \" and \\ slash", "tab\tnew\nline\u{1}", "ünïcödé ✓ \u{1F600}", "</script>"];
         for t in texts {
             for stream in [None, base.stream_id.clone()] {
-                let e = SyncEnvelope {
+                let e = simplysync_protocol::SyncEnvelope {
                     event_id: t.into(),
                     device_id: format!("{t}-d"),
                     created_at: format!("{t}-c"),
                     stream_id: stream,
                     ..base.clone()
                 };
-                assert_eq!(stored_json(&e), serde_json::to_string(&e).unwrap(), "for {t:?}");
+                let wire = serde_json::to_string(&e).unwrap();
+                let read: SyncEnvelope<'_> = serde_json::from_str(&wire).unwrap();
+                assert_eq!(stored_json(&read), wire, "for {t:?}");
             }
         }
     }

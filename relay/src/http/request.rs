@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use simplysync_protocol::base64url;
 
 use super::error::ApiError;
@@ -81,7 +81,7 @@ pub async fn body_bytes(headers: &HeaderMap, body: Body, limit: usize, what: &st
 }
 
 /// Parses a JSON body into `T`, with serde's message (field, expected type, position).
-pub fn json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+pub fn json<'a, T: Deserialize<'a>>(bytes: &'a [u8]) -> Result<T, ApiError> {
     if bytes.is_empty() {
         return Err(ApiError::InvalidJson("the request body is empty; expected a JSON object".into()));
     }
