@@ -25,7 +25,8 @@ pub mod borrowed {
     /// `POST /v1/events` body as the relay reads it: the same fields and parse errors (the same
     /// type names) as [`super::PushRequest`], with text borrowed from the request bytes wherever
     /// it has no JSON escapes (an envelope's base64url fields never do), so a push's ciphertexts
-    /// are not copied one by one before they are stored.
+    /// are not copied one by one before they are stored. (`streamId`, being optional, is always
+    /// its own copy: serde borrows only a bare `Cow`.)
     #[derive(Debug, Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct PushRequest<'a> {

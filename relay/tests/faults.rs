@@ -1,5 +1,6 @@
 //! Faults: a full disk (507, reads keep working, writes resume), a database another process
-//! holds (503 busy; a push answered 408 never writes afterwards), a shutdown with a request
+//! holds (503 busy; a push answered 408 never writes afterwards; a write whose client hung up
+//! while it waited still commits and spends its registration), a shutdown with a request
 //! that never ends (the deadline holds), the high-water mark at its own path and
 //! `rotate-epoch`, and compaction scheduled from the stored last run.
 
@@ -232,4 +233,50 @@ async fn a_relay_restarted_more_often_than_its_compaction_interval_still_compact
         relay.restart();
     }
     assert!(start.elapsed() >= Duration::from_millis(1500), "compacted too early: {:?}", start.elapsed());
+}
+
+/// A new owner's first write from 10.0.0.4: a push of one event, or one blob chunk.
+fn first_write(o: &Owner, blob: bool) -> String {
+    let (line, body) = if blob {
+        let hash = simplysync_protocol::identity::sha256_base64url(b"chunk");
+        (format!("PUT /v1/blobs/{hash}?ownerId={}", o.owner_id()), "chunk".to_owned())
+    } else {
+        let body = serde_json::json!({"ownerId": o.owner_id(), "events": [o.event("a", 1)]});
+        ("POST /v1/events".to_owned(), body.to_string())
+    };
+    format!(
+        "{line} HTTP/1.1\r\nHost: relay\r\nAuthorization: Bearer {}\r\nX-Forwarded-For: 10.0.0.4\r\n\
+         Connection: close\r\nContent-Length: {}\r\n\r\n{body}",
+        o.token(),
+        body.len()
+    )
+}
+
+#[tokio::test]
+async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_commits_and_spends_its_registration() {
+    for blob in [false, true] {
+        let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+        let status_of = async |o: &Owner| relay.raw(first_write(o, blob).as_bytes(), Duration::from_secs(5)).await;
+        for _ in 0..2 {
+            let answer = status_of(&Owner::new()).await;
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+        // The third registration of the burst waits on the lock, and its client goes.
+        let third = Owner::new();
+        let lock = WriteLock::take(&relay.db);
+        let mut tcp = tokio::net::TcpStream::connect(relay.addr()).await.unwrap();
+        tcp.write_all(first_write(&third, blob).as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        drop(tcp);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        drop(lock);
+        let start = Instant::now();
+        while relay.pull(&third, "", Some(1)).await.status != 200 {
+            assert!(start.elapsed() < Duration::from_secs(10), "the abandoned write never committed (blob: {blob})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Its registration counted against the address: the fourth is over the burst.
+        let answer = status_of(&Owner::new()).await;
+        assert!(answer.starts_with("HTTP/1.1 429"), "blob: {blob}: {answer}");
+    }
 }

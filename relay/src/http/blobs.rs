@@ -67,15 +67,18 @@ pub async fn put(
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
     let (o, now, register) = (t.owner.clone(), now_iso(), super::events::may_register(&st, client));
+    // What a stored chunk implies is done with the write, even if the client has gone.
+    let task_state = st.clone();
     let out = blocking(&st, move |s| {
-        s.put_blob(&o, &t.token_hash, &t.hash, BlobData::Inline(&bytes), &now, register, Some(deadline))
+        let out = s.put_blob(&o, &t.token_hash, &t.hash, BlobData::Inline(&bytes), &now, register, Some(deadline))?;
+        task_state.metrics.record_blob_put(out.duplicate);
+        if out.registered {
+            task_state.metrics.record_registration();
+            super::events::registered(&task_state, client);
+        }
+        Ok(out)
     })
     .await?;
-    st.metrics.record_blob_put(out.duplicate);
-    if out.registered {
-        st.metrics.record_registration();
-        super::events::registered(&st, client);
-    }
     Ok((Owner(t.owner), axum::Json(BlobPutResponse { stored: true, duplicate: out.duplicate })).into_response())
 }
 

@@ -145,9 +145,9 @@ struct Batch {
     events: Vec<NewEvent>,
 }
 
-/// Parses and validates a push body (on the blocking pool: a body may be megabytes). The
-/// order: the body's JSON and owner id, then who is asking (401/410 before the envelopes are
-/// judged, so a closed owner's device hears 410 even for a bad batch), then the batch.
+/// Parses a push body (on the blocking pool: a body may be megabytes). The order of judgement
+/// in `push`: the body's JSON and owner id, then who is asking (401/410 before the envelopes
+/// are judged, so a closed owner's device hears 410 even for a bad batch), then the batch.
 fn parse_batch<'a>(
     bytes: &'a [u8],
     limits: &crate::config::Limits,
@@ -202,6 +202,8 @@ pub async fn push(
     let (now, register, task_state) = (now_iso(), may_register(&st, client), st.clone());
     // Parse, authenticate, validate and store on one blocking thread: a push's thousands of
     // strings are allocated and freed where they are used, with one hand-off instead of four.
+    // What a commit implies (metrics, waking waiting devices, spending a registration) is done
+    // in the same task, so it happens even if the client has gone and the handler was dropped.
     let stored = move || -> Result<(String, crate::store::PushOutcome), ApiError> {
         let st = task_state;
         let (owner, events) = parse_batch(&bytes, &st.limits)?;
@@ -212,18 +214,18 @@ pub async fn push(
             .store
             .push(&batch.owner, &token_hash, &batch.events, &now, register, Some(deadline))
             .map_err(|e| store_failure(&st, e))?;
+        st.metrics.record_push(&outcome);
+        if outcome.accepted > 0 {
+            st.live.publish(&batch.owner, outcome.head_seq);
+        }
+        if outcome.registered {
+            registered(&st, client);
+        }
         Ok((batch.owner, outcome))
     };
     let (owner, outcome) = tokio::task::spawn_blocking(stored)
         .await
         .map_err(|e| ApiError::Internal(format!("push task failed: {e}")))??;
-    st.metrics.record_push(&outcome);
-    if outcome.accepted > 0 {
-        st.live.publish(&owner, outcome.head_seq);
-    }
-    if outcome.registered {
-        registered(&st, client);
-    }
     if outcome.forged > 0 {
         tracing::warn!(owner = %owner_tag(&owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
     }
