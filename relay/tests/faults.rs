@@ -255,7 +255,12 @@ fn first_write(o: &Owner, blob: bool) -> String {
 #[tokio::test]
 async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_commits_and_spends_its_registration() {
     for blob in [false, true] {
-        let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+        // A 30 s request timeout gives the relay a 5 s busy timeout, well past the lock's hold.
+        let relay = Relay::start(&[
+            ("REGISTRATIONS_PER_MINUTE", "1"),
+            ("CLIENT_IP_HEADER", "X-Forwarded-For"),
+            ("REQUEST_TIMEOUT_MS", "30000"),
+        ]);
         let status_of = async |o: &Owner| relay.raw(first_write(o, blob).as_bytes(), Duration::from_secs(5)).await;
         for _ in 0..2 {
             let answer = status_of(&Owner::new()).await;
@@ -266,13 +271,19 @@ async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_com
         let lock = WriteLock::take(&relay.db);
         let mut tcp = tokio::net::TcpStream::connect(relay.addr()).await.unwrap();
         tcp.write_all(first_write(&third, blob).as_bytes()).await.unwrap();
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // Long enough for the write to reach the store on a loaded machine.
+        tokio::time::sleep(Duration::from_millis(1000)).await;
         drop(tcp);
         tokio::time::sleep(Duration::from_millis(100)).await;
         drop(lock);
         let start = Instant::now();
         while relay.pull(&third, "", Some(1)).await.status != 200 {
             assert!(start.elapsed() < Duration::from_secs(10), "the abandoned write never committed (blob: {blob})");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // The address is charged just before the registration shows in the metrics.
+        while !metrics(&relay).await.contains("simplysync_owners_registered_total 3\n") {
+            assert!(start.elapsed() < Duration::from_secs(10), "the third registration never showed");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // Its registration counted against the address: the fourth is over the burst.

@@ -222,11 +222,11 @@ async fn compaction_running_during_pushes_keeps_every_rows_newest_version() {
 async fn writes_refused_by_a_quota_are_counted_by_quota() {
     let relay = Relay::start(&[("MAX_OWNER_BYTES", "4000"), ("MAX_TOTAL_BYTES", "5000")]);
     let (alice, bob) = (Owner::new(), Owner::new());
-    relay.push(&alice, &[alice.event_sized("a", 1, 1000)]).await;
+    assert_eq!(relay.push(&alice, &[alice.event_sized("a", 1, 1000)]).await.status, 200);
     let over_the_owner_quota: Vec<SyncEnvelope> =
         (2..4).map(|i| alice.event_sized(&format!("r{i}"), i, 1000)).collect();
     relay.push(&alice, &over_the_owner_quota).await.assert_error(413, "quota_exceeded");
-    relay.push(&bob, &[bob.event_sized("b", 1, 1000)]).await;
+    assert_eq!(relay.push(&bob, &[bob.event_sized("b", 1, 1000)]).await.status, 200);
     relay.push(&bob, &[bob.event_sized("c", 2, 1000)]).await.assert_error(413, "quota_exceeded");
     let metrics = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
     assert!(metrics.contains("simplysync_quota_rejections_total{quota=\"owner\"} 1\n"), "{metrics}");

@@ -71,11 +71,11 @@ pub async fn put(
     let task_state = st.clone();
     let out = blocking(&st, move |s| {
         let out = s.put_blob(&o, &t.token_hash, &t.hash, BlobData::Inline(&bytes), &now, register, Some(deadline))?;
-        task_state.metrics.record_blob_put(out.duplicate);
         if out.registered {
-            task_state.metrics.record_registration();
             super::events::registered(&task_state, client);
+            task_state.metrics.record_registration();
         }
+        task_state.metrics.record_blob_put(out.duplicate);
         Ok(out)
     })
     .await?;

@@ -214,21 +214,22 @@ pub async fn push(
             .store
             .push(&batch.owner, &token_hash, &batch.events, &now, register, Some(deadline))
             .map_err(|e| store_failure(&st, e))?;
+        // The address is charged first: once the metrics show the registration, it counts.
+        if outcome.registered {
+            registered(&st, client);
+        }
         st.metrics.record_push(&outcome);
         if outcome.accepted > 0 {
             st.live.publish(&batch.owner, outcome.head_seq);
         }
-        if outcome.registered {
-            registered(&st, client);
+        if outcome.forged > 0 {
+            tracing::warn!(owner = %owner_tag(&batch.owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
         }
         Ok((batch.owner, outcome))
     };
     let (owner, outcome) = tokio::task::spawn_blocking(stored)
         .await
         .map_err(|e| ApiError::Internal(format!("push task failed: {e}")))??;
-    if outcome.forged > 0 {
-        tracing::warn!(owner = %owner_tag(&owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
-    }
     let body = PushResponse { accepted: outcome.accepted, duplicate: outcome.duplicate, forged: outcome.forged };
     Ok((Owner(owner), axum::Json(body)).into_response())
 }
