@@ -261,9 +261,9 @@ async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_com
             ("CLIENT_IP_HEADER", "X-Forwarded-For"),
             ("REQUEST_TIMEOUT_MS", "30000"),
         ]);
-        let status_of = async |o: &Owner| relay.raw(first_write(o, blob).as_bytes(), Duration::from_secs(5)).await;
+        let answer_to = async |o: &Owner| relay.raw(first_write(o, blob).as_bytes(), Duration::from_secs(5)).await;
         for _ in 0..2 {
-            let answer = status_of(&Owner::new()).await;
+            let answer = answer_to(&Owner::new()).await;
             assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
         }
         // The third registration of the burst waits on the lock, and its client goes.
@@ -287,7 +287,7 @@ async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_com
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         // Its registration counted against the address: the fourth is over the burst.
-        let answer = status_of(&Owner::new()).await;
+        let answer = answer_to(&Owner::new()).await;
         assert!(answer.starts_with("HTTP/1.1 429"), "blob: {blob}: {answer}");
     }
 }

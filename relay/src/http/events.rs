@@ -13,7 +13,7 @@ use simplysync_protocol::wire::PushResponse;
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, owner_tag, store_failure, AppState, ClientIp, Owner};
-use crate::store::{MayRegister, NewEvent};
+use crate::store::{MayRegister, NewEvent, PushOutcome};
 
 /// Longest accepted `eventId`, `deviceId` and `createdAt`.
 const MAX_ID_LEN: usize = 256;
@@ -204,7 +204,7 @@ pub async fn push(
     // strings are allocated and freed where they are used, with one hand-off instead of four.
     // What a commit implies (metrics, waking waiting devices, spending a registration) is done
     // in the same task, so it happens even if the client has gone and the handler was dropped.
-    let stored = move || -> Result<(String, crate::store::PushOutcome), ApiError> {
+    let stored = move || -> Result<(String, PushOutcome), ApiError> {
         let st = task_state;
         let (owner, events) = parse_batch(&bytes, &st.limits)?;
         let token_hash = relay_token_hash(&token);
