@@ -1,9 +1,12 @@
 //! The stream index, kept in batches: pushes append, a push that leaves 8192 unindexed events
-//! indexes them, and every answer that depends on streams is the same on either side of that.
+//! has the store's indexer thread index them between pushes (a push that finds four batches
+//! unindexed indexes them itself), and every answer that depends on streams is the same on
+//! either side of that.
 
 mod common;
 
 use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
 
 use common::{Owner, TempDir};
 use simplysync_protocol::identity::relay_token_hash;
@@ -62,6 +65,19 @@ fn truth(dir: &TempDir, owner: &Owner) -> (u64, i64, i64, i64) {
     )
 }
 
+/// Waits (up to 20 s) for the indexer thread to bring the index up to `seq`.
+fn indexed_up_to(dir: &TempDir, owner: &Owner, seq: i64) -> (u64, i64, i64, i64) {
+    let start = Instant::now();
+    loop {
+        let t = truth(dir, owner);
+        if t.3 >= seq || start.elapsed() > Duration::from_secs(20) {
+            assert_eq!(t.3, seq, "the index reached seq {} of {seq}", t.3);
+            return t;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 #[test]
 fn stream_counts_are_exact_before_and_after_a_push_indexes_the_tail() {
     let dir = TempDir::new("streams-count");
@@ -76,8 +92,8 @@ fn stream_counts_are_exact_before_and_after_a_push_indexes_the_tail() {
     assert_eq!(truth(&dir, &alice).3, 0, "6003 events: below the batch, nothing indexed yet");
 
     push(&s, &alice, &events(&alice, 3000..6000, 2));
-    let (alice_streams, with_stream, indexed, indexed_seq) = truth(&dir, &alice);
-    assert_eq!(indexed_seq, 9003, "the push past {INDEX_BATCH} unindexed events indexed all of them");
+    let (alice_streams, with_stream, indexed, indexed_seq) = indexed_up_to(&dir, &alice, 9003);
+    assert_eq!(indexed_seq, 9003, "the push past {INDEX_BATCH} unindexed events had all of them indexed");
     assert_eq!((with_stream, indexed), (9003, 9003));
     assert_eq!(streams_in_account(&s, &alice), alice_streams);
     assert_eq!(streams_in_account(&s, &alice), 6000, "new versions of indexed streams start none");
@@ -97,7 +113,7 @@ fn compaction_and_stream_compaction_reach_events_on_both_sides_of_the_index() {
     // 8200 first versions (indexed by the push that passes the batch), then second versions of
     // rows 0..10 and a third of row 0, all in the tail.
     push(&s, &alice, &events(&alice, 0..8200, 1));
-    assert_eq!(truth(&dir, &alice).3, 8200);
+    indexed_up_to(&dir, &alice, 8200);
     push(&s, &alice, &[events(&alice, 0..10, 2), events(&alice, 0..1, 3)].concat());
     assert_eq!(truth(&dir, &alice).3, 8200, "the newer versions are in the tail");
 
@@ -122,6 +138,7 @@ fn closing_an_owner_drops_its_index_entries_and_its_tail() {
     let s = store(&dir);
     let (alice, bob) = (Owner::new(), Owner::new());
     push(&s, &alice, &events(&alice, 0..8200, 1));
+    indexed_up_to(&dir, &alice, 8200);
     push(&s, &alice, &events(&alice, 8200..8210, 1));
     push(&s, &bob, &events(&bob, 0..2, 1));
     s.close_owner(alice.owner_id(), &relay_token_hash(alice.token()), NOW, None).unwrap();
@@ -131,7 +148,25 @@ fn closing_an_owner_drops_its_index_entries_and_its_tail() {
     drop(c);
     // Bob's push past the batch indexes only what is left: his own events.
     push(&s, &bob, &events(&bob, 2..8200, 1));
-    assert_eq!(truth(&dir, &bob).1, 8200);
-    assert_eq!(truth(&dir, &bob).2, 8200);
+    let (_, with_stream, indexed, _) = indexed_up_to(&dir, &bob, 16410);
+    assert_eq!((with_stream, indexed), (8200, 8200));
     assert_eq!(streams_in_account(&s, &bob), 8200);
+}
+
+#[test]
+fn a_push_that_finds_four_batches_unindexed_indexes_them_itself() {
+    let dir = TempDir::new("streams-safety-net");
+    let s = store(&dir);
+    let alice = Owner::new();
+    let th = relay_token_hash(alice.token());
+    let below = events(&alice, 0..4 * INDEX_BATCH as usize - 1, 1);
+    s.push(alice.owner_id(), &th, &below, NOW, MayRegister::Yes, None).unwrap();
+    indexed_up_to(&dir, &alice, 4 * INDEX_BATCH - 1);
+
+    let at = events(&alice, 0..4 * INDEX_BATCH as usize, 2);
+    s.push(alice.owner_id(), &th, &at, NOW, MayRegister::Yes, None).unwrap();
+    let (streams, with_stream, indexed, indexed_seq) = truth(&dir, &alice);
+    assert_eq!(indexed_seq, 8 * INDEX_BATCH - 1, "indexed in the push's own transaction, before it returned");
+    assert_eq!((streams, with_stream, indexed), (4 * INDEX_BATCH as u64, 8 * INDEX_BATCH - 1, 8 * INDEX_BATCH - 1));
+    assert_eq!(streams_in_account(&s, &alice), 4 * INDEX_BATCH as u64);
 }

@@ -14,13 +14,14 @@
 mod checkpointer;
 mod compact;
 mod hwm;
+mod indexer;
 mod owners;
 mod schema;
 mod streams;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Instant;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -90,13 +91,14 @@ impl StoreOptions {
 pub struct SqliteStore {
     path: PathBuf,
     busy_timeout_ms: u64,
-    writer: Mutex<Connection>,
+    writer: Arc<Mutex<Connection>>,
     readers: Mutex<Vec<Connection>>,
     epoch: String,
     quotas: Quotas,
     registration: Registration,
     mark: hwm::HighWaterMark,
     checkpointer: checkpointer::Checkpointer,
+    indexer: indexer::Indexer,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -222,16 +224,19 @@ impl SqliteStore {
         let mark = hwm::HighWaterMark::start(hwm_path, epoch.clone(), seq);
         let busy_timeout_ms = options.busy_timeout_ms;
         let checkpointer = checkpointer::Checkpointer::start(path, move |p| open_connection(p, busy_timeout_ms));
+        let writer = Arc::new(Mutex::new(conn));
+        let indexer = indexer::Indexer::start(writer.clone());
         Ok(SqliteStore {
             path: path.to_owned(),
             busy_timeout_ms: options.busy_timeout_ms,
-            writer: Mutex::new(conn),
+            writer,
             readers: Mutex::new(Vec::new()),
             epoch,
             quotas: options.quotas,
             registration: options.registration,
             mark,
             checkpointer,
+            indexer,
         })
     }
 
@@ -257,6 +262,7 @@ impl SqliteStore {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut conn = lock(&self.writer);
+        self.indexer.ensure_durable(&conn)?;
         let tx = begin(&mut conn, deadline)?;
         let out = f(&tx)?;
         tx.commit()?;
@@ -293,11 +299,13 @@ impl RelayStore for SqliteStore {
     ) -> Result<PushOutcome, StoreError> {
         let (quotas, rules) = (self.quotas, self.registration);
         let mut conn = lock(&self.writer);
+        self.indexer.ensure_durable(&conn)?;
         let tx = begin(&mut conn, deadline)?;
         let owner = owner_or_register(&tx, owner_id, token_hash, now, rules, register)?;
         let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
         let mut seq = meta_u64(&tx, "seq")?;
         let head_before = seq;
+        let mut tail_grew = false;
         {
             // ON CONFLICT on the (owner, event id) key only: any other conflict — a seq that
             // somehow exists — is an error, never silently ignored.
@@ -328,12 +336,21 @@ impl RelayStore for SqliteStore {
             set_meta(&tx, "seq", &(seq as i64))?;
             tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
                 .execute(params![owner_id, seq as i64])?;
-            // New streams are counted when their events reach the stream index (streams.rs).
-            streams::index_tail(&tx, streams::INDEX_BATCH)?;
+            // New streams are counted when their events reach the stream index (streams.rs),
+            // which the indexer's thread adds to between pushes.
+            let tail = seq - meta_u64(&tx, streams::INDEXED_SEQ)?;
+            if tail >= indexer::SAFETY_NET {
+                streams::index_tail(&tx, 0)?;
+            } else {
+                tail_grew = tail >= streams::INDEX_BATCH;
+            }
         }
         apply(&tx, owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
         tx.commit()?;
         self.checkpointer.committed();
+        if tail_grew {
+            self.indexer.tail_grew();
+        }
         out.head_seq = if seq != head_before { seq } else { 0 };
         if seq != head_before {
             // Still under the writer lock: marks are asked for in seq order.
@@ -562,6 +579,7 @@ impl RelayStore for SqliteStore {
 
     fn checkpoint(&self) -> Result<CheckpointReport, StoreError> {
         self.mark.flush();
+        self.indexer.stop();
         self.checkpointer.stop();
         lock(&self.readers).clear();
         let conn = lock(&self.writer);

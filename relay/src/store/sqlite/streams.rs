@@ -5,7 +5,8 @@
 //! with every push, it dirtied about one index page per event — several MB of WAL per push of
 //! 1000, most of a push's commit (BENCHMARKS.md, round nine). Instead, a push only appends its
 //! events, and the events after `streams_indexed_seq` (the *tail*) are added to the index in
-//! one sorted batch once there are [`INDEX_BATCH`] of them, inside the push's own transaction.
+//! one sorted batch once there are [`INDEX_BATCH`] of them, by the indexer's thread between
+//! pushes (indexer.rs; a push that finds four batches unindexed does it in its transaction).
 //! Whatever reads the index first indexes the tail in its own write transaction
 //! ([`index_tail`]), and the account's stream count adds the tail's new streams
 //! ([`pending_new_streams`]), so no answer depends on when the batch ran.
@@ -15,8 +16,8 @@ use rusqlite::{params, Connection};
 use super::schema::{meta_u64, set_meta};
 use crate::store::StoreError;
 
-/// Unindexed events a push leaves before it indexes them (bounds the work a reader of the
-/// index does first, and the tail an account query counts).
+/// Unindexed events a push leaves before the indexer's thread indexes them (bounds the work a
+/// reader of the index does first, and the tail an account query counts).
 pub(super) const INDEX_BATCH: u64 = 8192;
 
 /// The `relay_meta` key: every event with a seq at or below it is in `event_streams`.
