@@ -151,7 +151,6 @@ impl From<StoreError> for ApiError {
             e @ StoreError::StorageFull(_) => ApiError::StorageFull(e.to_string()),
             e @ StoreError::Busy(_) => ApiError::Busy(e.to_string()),
             StoreError::DeadlinePassed => ApiError::Timeout(0),
-            e @ StoreError::Abandoned => ApiError::Internal(e.to_string()),
             StoreError::Backend(e) => ApiError::Internal(e.to_string()),
             StoreError::Setup(e) => ApiError::Internal(e),
         }

@@ -11,7 +11,6 @@ use simplysync_protocol::wire::borrowed::{PushRequest, SyncEnvelope};
 use simplysync_protocol::wire::PushResponse;
 
 use super::error::ApiError;
-use super::handover::{check_while_storing, PIPELINE_FROM};
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, owner_tag, store_failure, AppState, ClientIp, Owner};
 use crate::store::{MayRegister, NewEvent, PushOutcome};
@@ -140,6 +139,12 @@ pub(super) fn registered(st: &AppState, client: ClientIp) {
     }
 }
 
+/// The parsed, validated batch.
+struct Batch {
+    owner: String,
+    events: Vec<NewEvent>,
+}
+
 /// Parses a push body (on the blocking pool: a body may be megabytes). The order of judgement
 /// in `push`: the body's JSON and owner id, then who is asking (401/410 before the envelopes
 /// are judged, so a closed owner's device hears 410 even for a bad batch), then the batch.
@@ -159,23 +164,29 @@ fn parse_batch<'a>(
     Ok((owner, req.events))
 }
 
-/// One checked envelope as the store takes it.
-fn prepare_event(
-    index: usize,
-    e: SyncEnvelope<'_>,
-    owner: &str,
+fn validate_batch(
+    owner: String,
+    events: Vec<SyncEnvelope<'_>>,
     limits: &crate::config::Limits,
-) -> Result<NewEvent, ApiError> {
-    validate_envelope(index, &e, owner)?;
-    let json = stored_json(&e);
-    if json.len() > limits.max_event_bytes {
-        return Err(ApiError::TooLarge(format!(
-            "events[{index}] is {} bytes; MAX_EVENT_BYTES is {}",
-            json.len(),
-            limits.max_event_bytes
-        )));
+) -> Result<Batch, ApiError> {
+    let mut prepared = Vec::with_capacity(events.len());
+    for (index, e) in events.into_iter().enumerate() {
+        validate_envelope(index, &e, &owner)?;
+        let json = stored_json(&e);
+        if json.len() > limits.max_event_bytes {
+            return Err(ApiError::TooLarge(format!(
+                "events[{index}] is {} bytes; MAX_EVENT_BYTES is {}",
+                json.len(),
+                limits.max_event_bytes
+            )));
+        }
+        prepared.push(NewEvent {
+            event_id: e.event_id.into_owned(),
+            stream_id: e.stream_id.map(|s| s.into_owned()),
+            json,
+        });
     }
-    Ok(NewEvent { event_id: e.event_id.into_owned(), stream_id: e.stream_id.map(|s| s.into_owned()), json })
+    Ok(Batch { owner, events: prepared })
 }
 
 /// `POST /v1/events`: validates the whole batch, then stores it in one transaction.
@@ -198,32 +209,23 @@ pub async fn push(
         let (owner, events) = parse_batch(&bytes, &st.limits)?;
         let token_hash = relay_token_hash(&token);
         st.store.authenticate(&owner, &token_hash).map_err(|e| store_failure(&st, e))?;
-        let prepare = |index, e| prepare_event(index, e, &owner, &st.limits);
-        let outcome = if events.len() < PIPELINE_FROM {
-            let events = events.into_iter().enumerate().map(|(i, e)| prepare(i, e)).collect::<Result<Vec<_>, _>>()?;
-            st.store
-                .push(&owner, &token_hash, &events, &now, register, Some(deadline))
-                .map_err(|e| store_failure(&st, e))?
-        } else {
-            check_while_storing(
-                events,
-                prepare,
-                |stream| st.store.push_stream(&owner, &token_hash, stream, &now, register, Some(deadline)),
-                |e| store_failure(&st, e),
-            )?
-        };
+        let batch = validate_batch(owner, events, &st.limits)?;
+        let outcome = st
+            .store
+            .push(&batch.owner, &token_hash, &batch.events, &now, register, Some(deadline))
+            .map_err(|e| store_failure(&st, e))?;
         // The address is charged first: once the metrics show the registration, it counts.
         if outcome.registered {
             registered(&st, client);
         }
         st.metrics.record_push(&outcome);
         if outcome.accepted > 0 {
-            st.live.publish(&owner, outcome.head_seq);
+            st.live.publish(&batch.owner, outcome.head_seq);
         }
         if outcome.forged > 0 {
-            tracing::warn!(owner = %owner_tag(&owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
+            tracing::warn!(owner = %owner_tag(&batch.owner), forged = outcome.forged, "forged duplicates: same eventId, different envelope; stored envelopes kept");
         }
-        Ok((owner, outcome))
+        Ok((batch.owner, outcome))
     };
     let (owner, outcome) = tokio::task::spawn_blocking(stored)
         .await

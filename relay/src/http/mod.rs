@@ -7,7 +7,6 @@ pub mod admission;
 pub mod blobs;
 pub mod error;
 pub mod events;
-pub mod handover;
 pub mod observe;
 pub mod ops;
 pub mod request;

@@ -60,10 +60,6 @@ pub enum StoreError {
     /// The request's deadline passed before its write could start: nothing was done.
     #[error("the request's deadline passed before the write started; nothing was stored")]
     DeadlinePassed,
-    /// A streamed batch ([`RelayStore::push_stream`]) was abandoned by its producer (an
-    /// envelope failed validation): nothing was stored.
-    #[error("the batch was abandoned before its commit; nothing was stored")]
-    Abandoned,
     /// The database failed (the backend's own message; logged, never sent to clients).
     #[error("database error: {0}")]
     Backend(String),
@@ -329,23 +325,6 @@ pub trait RelayStore: Send + Sync + 'static {
         register: MayRegister,
         deadline: Deadline,
     ) -> Result<PushOutcome, StoreError>;
-
-    /// [`push`](Self::push) of a batch still being validated: `events` yields it in order,
-    /// and an `Err` in it abandons the batch (nothing is committed, the error is returned). A
-    /// backend can insert the first events while later ones are checked; by default the batch
-    /// is collected first.
-    fn push_stream(
-        &self,
-        owner_id: &str,
-        token_hash: &str,
-        events: &mut dyn Iterator<Item = Result<NewEvent, StoreError>>,
-        now: &str,
-        register: MayRegister,
-        deadline: Deadline,
-    ) -> Result<PushOutcome, StoreError> {
-        let events = events.collect::<Result<Vec<_>, _>>()?;
-        self.push(owner_id, token_hash, &events, now, register, deadline)
-    }
 
     /// Reads up to `limit` events with seq > `after`, in seq order, stopping before the page
     /// passes `max_bytes` (always at least one event).

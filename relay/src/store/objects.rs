@@ -167,18 +167,6 @@ impl RelayStore for ObjectBlobs {
         self.inner.push(owner_id, token_hash, events, now, register, deadline)
     }
 
-    fn push_stream(
-        &self,
-        owner_id: &str,
-        token_hash: &str,
-        events: &mut dyn Iterator<Item = Result<NewEvent, StoreError>>,
-        now: &str,
-        register: MayRegister,
-        deadline: Deadline,
-    ) -> Result<PushOutcome, StoreError> {
-        self.inner.push_stream(owner_id, token_hash, events, now, register, deadline)
-    }
-
     fn pull(
         &self,
         owner_id: &str,

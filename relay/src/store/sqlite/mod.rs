@@ -270,12 +270,29 @@ impl SqliteStore {
         Ok(out)
     }
 
-    /// A push of `events` in order; an `Err` among them rolls the whole batch back.
-    fn push_events<E: std::borrow::Borrow<NewEvent>>(
+    /// Flushes the high-water mark to disk (tests; shutdown does it too).
+    pub fn flush_mark(&self) {
+        self.mark.flush();
+    }
+}
+
+impl RelayStore for SqliteStore {
+    fn epoch(&self) -> String {
+        self.epoch.clone()
+    }
+
+    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError> {
+        self.read(|conn| match owner_row(conn, owner_id)? {
+            None => Ok(OwnerState::Unknown),
+            Some(o) => owners::authorize(&o, token_hash).map(|()| OwnerState::Known),
+        })
+    }
+
+    fn push(
         &self,
         owner_id: &str,
         token_hash: &str,
-        events: impl Iterator<Item = Result<E, StoreError>>,
+        events: &[NewEvent],
         now: &str,
         register: MayRegister,
         deadline: Deadline,
@@ -298,8 +315,6 @@ impl SqliteStore {
             )?;
             let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
             for ev in events {
-                let ev = ev?;
-                let ev = ev.borrow();
                 let bytes = ev.json.len() as i64;
                 let n =
                     insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
@@ -342,50 +357,6 @@ impl SqliteStore {
             self.mark.record(seq);
         }
         Ok(out)
-    }
-
-    /// Flushes the high-water mark to disk (tests; shutdown does it too).
-    pub fn flush_mark(&self) {
-        self.mark.flush();
-    }
-}
-
-impl RelayStore for SqliteStore {
-    fn epoch(&self) -> String {
-        self.epoch.clone()
-    }
-
-    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError> {
-        self.read(|conn| match owner_row(conn, owner_id)? {
-            None => Ok(OwnerState::Unknown),
-            Some(o) => owners::authorize(&o, token_hash).map(|()| OwnerState::Known),
-        })
-    }
-
-    fn push(
-        &self,
-        owner_id: &str,
-        token_hash: &str,
-        events: &[NewEvent],
-        now: &str,
-        register: MayRegister,
-        deadline: Deadline,
-    ) -> Result<PushOutcome, StoreError> {
-        self.push_events(owner_id, token_hash, events.iter().map(Ok), now, register, deadline)
-    }
-
-    /// Inserts each event as it comes, inside the one transaction: the batch's validation on
-    /// the producer's thread overlaps these inserts.
-    fn push_stream(
-        &self,
-        owner_id: &str,
-        token_hash: &str,
-        events: &mut dyn Iterator<Item = Result<NewEvent, StoreError>>,
-        now: &str,
-        register: MayRegister,
-        deadline: Deadline,
-    ) -> Result<PushOutcome, StoreError> {
-        self.push_events(owner_id, token_hash, events, now, register, deadline)
     }
 
     fn pull(
