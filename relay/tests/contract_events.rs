@@ -258,3 +258,38 @@ async fn seqs_are_global_so_two_owners_interleave_without_sharing_cursors() {
     assert_eq!(cursors, vec![3]);
     assert_eq!(relay.pull(&alice, "1", None).await.json()["events"].as_array().unwrap().len(), 1);
 }
+
+/// A push as big as a device's backlog: all-or-nothing, answered by its first bad envelope.
+#[tokio::test]
+async fn a_big_push_with_a_bad_envelope_near_its_end_commits_nothing_not_even_the_registration() {
+    let relay = Relay::start(&[
+        ("MAX_EVENTS_PER_PUSH", "1000"),
+        ("MAX_OWNER_BYTES", "10000000"),
+        ("MAX_TOTAL_BYTES", "100000000"),
+    ]);
+    let alice = Owner::new();
+    let mut events: Vec<SyncEnvelope> = (0..600).map(|i| alice.event(&format!("r{i}"), i)).collect();
+    let good = events[599].clone();
+    events[599].nonce = "short".into();
+    let r = relay.push_as(alice.owner_id(), "attacker-token", &events).await;
+    r.assert_error(400, "invalid_envelope");
+    assert!(r.json()["message"].as_str().unwrap().starts_with("events[599]"), "{}", r.json());
+
+    events[599] = good;
+    let r = relay.push(&alice, &events[..300]).await;
+    assert_eq!(r.json(), json!({"accepted": 300, "duplicate": 0}), "the real token registers");
+    let mut late = events[300..].to_vec();
+    late[299] = alice.event_sized("big", 9999, 5000);
+    let r = relay.push(&alice, &late).await;
+    r.assert_error(413, "payload_too_large");
+    assert!(r.json()["message"].as_str().unwrap().contains("events[299]"), "{}", r.json());
+    let (stored, _) = relay.pull_all(&alice).await;
+    assert_eq!(stored.len(), 300, "none of the refused batch was committed");
+
+    let r = relay.push(&alice, &events).await;
+    assert_eq!(r.json(), json!({"accepted": 300, "duplicate": 300}));
+    let (stored, _) = relay.pull_all(&alice).await;
+    let ids: Vec<&str> = stored.iter().map(|e| e.event_id.as_str()).collect();
+    let pushed: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
+    assert_eq!(ids, pushed, "every event, in the batch's order");
+}
