@@ -65,12 +65,12 @@ fn truth(dir: &TempDir, owner: &Owner) -> (u64, i64, i64, i64) {
     )
 }
 
-/// Waits (up to 20 s) for the indexer thread to bring the index up to `seq`.
+/// Waits (up to 60 s) for the indexer thread to bring the index up to `seq`.
 fn indexed_up_to(dir: &TempDir, owner: &Owner, seq: i64) -> (u64, i64, i64, i64) {
     let start = Instant::now();
     loop {
         let t = truth(dir, owner);
-        if t.3 >= seq || start.elapsed() > Duration::from_secs(20) {
+        if t.3 >= seq || start.elapsed() > Duration::from_secs(60) {
             assert_eq!(t.3, seq, "the index reached seq {} of {seq}", t.3);
             return t;
         }

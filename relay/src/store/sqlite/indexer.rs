@@ -130,9 +130,16 @@ fn index_relaxed(conn: &mut Connection, shared: &Shared) -> Result<(), StoreErro
         tx.commit()?;
         Ok::<(), StoreError>(())
     })();
-    conn.execute_batch("PRAGMA synchronous = FULL;")?;
-    shared.relaxed.store(false, Ordering::Release);
-    done
+    // No checkpoint signal: the batch's frames are copied with the next push's.
+    match (done, conn.execute_batch("PRAGMA synchronous = FULL;")) {
+        (done, Ok(())) => {
+            shared.relaxed.store(false, Ordering::Release);
+            done
+        }
+        // The flag stays set: the next writer restores FULL before it writes.
+        (Ok(()), Err(r)) => Err(r.into()),
+        (Err(e), Err(r)) => Err(StoreError::Backend(format!("{e}; restoring synchronous = FULL failed too: {r}"))),
+    }
 }
 
 impl Drop for Indexer {

@@ -4,7 +4,8 @@
 //! One writer connection behind a mutex serializes every write transaction — that is what makes
 //! seqs commit in order (skip-proof pagination) and trust-on-first-use race-free. Reads use a
 //! small pool of connections and see consistent WAL snapshots, so pulls never wait for pushes.
-//! `synchronous = FULL`: a push is acknowledged only after its commit reached the disk.
+//! `synchronous = FULL`: a push is acknowledged only after its commit reached the disk (the
+//! stream index's batches alone commit without an fsync of their own: indexer.rs).
 //!
 //! Counters (per owner: bytes, events, streams; per relay: bytes, events, blobs, owners) are
 //! kept by every write in its own transaction, so no request ever counts rows. A full disk (or
@@ -338,7 +339,7 @@ impl RelayStore for SqliteStore {
                 .execute(params![owner_id, seq as i64])?;
             // New streams are counted when their events reach the stream index (streams.rs),
             // which the indexer's thread adds to between pushes.
-            let tail = seq - meta_u64(&tx, streams::INDEXED_SEQ)?;
+            let tail = seq.saturating_sub(meta_u64(&tx, streams::INDEXED_SEQ)?);
             if tail >= indexer::SAFETY_NET {
                 streams::index_tail(&tx, 0)?;
             } else {
