@@ -9,7 +9,7 @@
 //! the index is derived from events already durable, a crash that loses the batch leaves the
 //! tail unindexed (and indexed again later), and the next push's FULL commit fsyncs the WAL
 //! up to and past it. FULL is restored before the connection is given back; if restoring it
-//! fails, [`Indexer::relaxed`] stays set and the next writer restores it before it writes.
+//! fails, [`Shared::relaxed`] stays set and the next writer restores it before it writes.
 //!
 //! If this thread cannot start or falls behind, a push that finds [`SAFETY_NET`] unindexed
 //! events indexes them itself, so the tail (what a reader of the index indexes first, and what
@@ -21,8 +21,7 @@ use std::thread::JoinHandle;
 
 use rusqlite::{Connection, TransactionBehavior};
 
-use super::streams;
-use super::StoreError;
+use super::{lock, streams, StoreError};
 
 /// The tail a push indexes itself, inside its own transaction (the thread fell behind).
 pub(super) const SAFETY_NET: u64 = 4 * streams::INDEX_BATCH;
@@ -34,6 +33,7 @@ struct State {
     stop: bool,
 }
 
+#[derive(Default)]
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
@@ -53,16 +53,11 @@ impl std::fmt::Debug for Indexer {
     }
 }
 
-fn guard<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Indexer {
     /// Starts the thread over the `writer` connection. If it cannot start, pushes index the
     /// tail themselves at [`SAFETY_NET`].
     pub fn start(writer: Arc<Mutex<Connection>>) -> Indexer {
-        let shared =
-            Arc::new(Shared { state: Mutex::default(), wake: Condvar::new(), relaxed: AtomicBool::new(false) });
+        let shared = Arc::new(Shared::default());
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name("stream-indexer".into())
@@ -74,7 +69,7 @@ impl Indexer {
 
     /// A push left a batch's worth of unindexed events (returns at once).
     pub fn tail_grew(&self) {
-        guard(&self.shared.state).pending = true;
+        lock(&self.shared.state).pending = true;
         self.shared.wake.notify_all();
     }
 
@@ -90,10 +85,10 @@ impl Indexer {
     /// Stops the thread, waiting for a run under way.
     pub fn stop(&self) {
         {
-            guard(&self.shared.state).stop = true;
+            lock(&self.shared.state).stop = true;
             self.shared.wake.notify_all();
         }
-        let thread = guard(&self.thread).take();
+        let thread = lock(&self.thread).take();
         if let Some(t) = thread {
             let _ = t.join();
         }
@@ -103,7 +98,7 @@ impl Indexer {
 fn run(writer: &Mutex<Connection>, shared: &Shared) {
     loop {
         {
-            let mut st = guard(&shared.state);
+            let mut st = lock(&shared.state);
             while !st.pending && !st.stop {
                 st = shared.wake.wait(st).unwrap_or_else(|p| p.into_inner());
             }
@@ -112,7 +107,7 @@ fn run(writer: &Mutex<Connection>, shared: &Shared) {
             }
             st.pending = false;
         }
-        let mut conn = guard(writer);
+        let mut conn = lock(writer);
         if let Err(e) = index_relaxed(&mut conn, shared) {
             // The tail stays; the next push past a batch signals again.
             tracing::warn!(error = %e, "background stream indexing failed; retried after the next push");
@@ -185,7 +180,7 @@ mod tests {
     #[test]
     fn a_background_batch_gives_the_writer_back_with_full_sync() {
         let (_dir, s) = store("batch");
-        let shared = Shared { state: Default::default(), wake: Default::default(), relaxed: Default::default() };
+        let shared = Shared::default();
         index_relaxed(&mut lock(&s.writer), &shared).unwrap();
         assert_eq!(synchronous(&s), 2, "FULL");
         assert!(!shared.relaxed.load(Ordering::Acquire));
