@@ -43,6 +43,16 @@ fn an_unknown_word_is_named_with_its_position() {
 }
 
 #[test]
+fn an_unknown_word_is_named_before_the_checksum_is_judged() {
+    // Words 3 and 12 are wrong (12 also breaks the checksum): the first unknown one is named.
+    let mut words: Vec<&str> = TWELVE.split(' ').collect();
+    words[2] = "zebraa";
+    words[11] = "qqq";
+    let bad = words.join(" ");
+    assert_eq!(Secret::parse(&bad).unwrap_err(), IdentityError::UnknownWord { position: 3, word: "zebraa".into() });
+}
+
+#[test]
 fn a_bad_checksum_is_reported_as_such() {
     let bad = TWELVE.replace("about", "abandon");
     assert_eq!(Secret::parse(&bad).unwrap_err(), IdentityError::BadChecksum);
