@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use super::decimal;
 use super::json::{Json, JsonNumber, JsonString};
 
 /// The deepest nesting of arrays and objects the parser accepts.
@@ -176,9 +177,8 @@ impl Parser<'_> {
                 return Err(self.err("invalid number: digits expected in exponent"));
             }
         }
-        // Rust's float parsing is correctly rounded, like JavaScript's.
-        let x: f64 = self.text[start..self.i].parse().map_err(|_| self.err("invalid number"))?;
-        JsonNumber::new(x)
+        // Correctly rounded, like JavaScript's `JSON.parse`.
+        JsonNumber::new(decimal::parse_number(&self.text[start..self.i]))
             .map(Json::Number)
             .ok_or(JsonParseError { offset: start, reason: "number out of the range of a double" })
     }

@@ -12,6 +12,7 @@
 pub mod base64url;
 pub mod blob;
 pub mod canonical;
+mod decimal;
 pub mod entropy;
 pub mod envelope;
 pub mod hlc;

@@ -16,4 +16,5 @@ mod envelope;
 mod hlc;
 mod identity;
 mod locked_vectors;
+mod numbers;
 mod payload;
