@@ -401,3 +401,50 @@ async fn malformed_ops_are_refused_naming_the_op_and_the_field_whether_sent_as_t
     assert_eq!(get(&err, "message"), "ops[0] must be an object");
     assert!(e.get("todos".into(), "ok".into()).unwrap().is_null(), "a refused transaction writes nothing");
 }
+
+#[wasm_bindgen_test]
+fn the_protocol_helpers_round_trip_an_envelope_and_a_blob_through_plain_js_values() {
+    use simplysync::web::protocol_api::{
+        decrypt_blob_js, decrypt_envelope_js, derive_identity_js, encrypt_blob_js, encrypt_payload_js,
+    };
+    let id = derive_identity_js(&simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap()).unwrap();
+    let payload = js(r#"{"hello": "world", "n": 1.5, "tags": ["a", "\ud83d\ude00"]}"#);
+    let env = encrypt_payload_js(&id, js(r#"{"eventId": "e1", "deviceId": "d1"}"#), payload.clone()).unwrap();
+    assert_eq!(get(&env, "ownerId").as_string().unwrap(), id.owner_id());
+    assert_eq!(get(&env, "eventId"), "e1");
+    // As an app would store and reload it: through JSON text.
+    let stored = js(&js_sys::JSON::stringify(&env).unwrap().as_string().unwrap());
+    let opened = decrypt_envelope_js(&id, stored).unwrap();
+    assert_eq!(js_sys::JSON::stringify(&opened).unwrap(), js_sys::JSON::stringify(&payload).unwrap());
+
+    let bytes: Vec<u8> = (0..10u8).collect();
+    let sealed = encrypt_blob_js(&id, Uint8Array::from(bytes.as_slice()), "text/plain".into(), Some(4)).unwrap();
+    let manifest = get(&sealed, "manifest");
+    assert_eq!(get(&manifest, "mimeType"), "text/plain");
+    let chunks: Vec<Uint8Array> =
+        Array::from(&get(&sealed, "chunks")).iter().map(|c| get(&c, "bytes").unchecked_into()).collect();
+    assert_eq!(chunks.len(), 3, "10 bytes in chunks of 4");
+    assert_eq!(decrypt_blob_js(&id, manifest, chunks).unwrap().to_vec(), bytes);
+}
+
+#[wasm_bindgen_test]
+async fn a_js_argument_of_the_wrong_shape_is_refused_with_an_error_naming_it() {
+    use simplysync::web::protocol_api::{decrypt_envelope_js, derive_identity_js, encrypt_payload_js};
+    let message = |e: &JsValue| get(e, "message").as_string().unwrap();
+    let id = derive_identity_js(&simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap()).unwrap();
+
+    let err = encrypt_payload_js(&id, js(r#"{"deviceId": "d1"}"#), js("{}")).unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
+    assert_eq!(message(&err), "meta: missing field `eventId`", "no position in text the caller never saw");
+
+    let err = decrypt_envelope_js(&id, js(r#"{"version": "one"}"#)).unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
+    assert!(message(&err).starts_with("envelope: invalid type: string \"one\""), "{}", message(&err));
+
+    // Not JSON data at all: named by its path before any field is read.
+    let opts = options(&unique("nan"), &[], false);
+    Reflect::set(&opts, &"syncIntervalMs".into(), &f64::NAN.into()).unwrap();
+    let err = open(simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap(), opts).await.unwrap_err();
+    assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
+    assert_eq!(message(&err), "options.syncIntervalMs: NaN is not a finite number");
+}

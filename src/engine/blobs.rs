@@ -83,7 +83,9 @@ impl Engine {
                 o.remove(k);
             }
         }
-        serde_json::from_value(v).map_err(|e| {
+        // From the text, not the value: the manifest then has one deserializer (the one JS
+        // arguments and the wire use too) instead of a second one for `serde_json::Value`.
+        serde_json::from_str(&v.to_string()).map_err(|e| {
             EngineError::Blob(crate::protocol::BlobError::InvalidManifest(format!("blob row {blob_id}: {e}")))
         })
     }

@@ -164,19 +164,25 @@ pub fn array_to_js(items: &[Json]) -> JsValue {
     js_sys::JSON::parse(&text).unwrap_or_else(|_| items.iter().map(to_js).collect::<Array>().into())
 }
 
-/// A serde value as a JS value through `JSON.parse` of its JSON text — for values of many
-/// parts (the change event of a 10,000-row transaction), one string across instead of a call
-/// out of the module per key and value. Only for data whose JSON is exact (strings, enums,
-/// integers within 2^53, no floats); [`serde_to_js`] for the rest.
-pub fn serde_text_to_js<T: serde::Serialize>(v: &T) -> JsValue {
-    match serde_json::to_string(v) {
-        Ok(text) => js_sys::JSON::parse(&text).unwrap_or_else(|_| serde_to_js(v)),
-        Err(_) => serde_to_js(v),
-    }
+/// A serde value as a JS value through `JSON.parse` of its JSON text: one string across
+/// instead of a call out of the module per key and value (the change event of a 10,000-row
+/// transaction), and one serializer per type for JS and the wire alike. Exact for what the
+/// engine reports: strings, enums, integers within 2^53 and finite doubles (written shortest
+/// round-trip, which `JSON.parse` reads back to the same double). `null` if it cannot be written.
+pub fn serde_to_js<T: serde::Serialize>(v: &T) -> JsValue {
+    serde_json::to_string(v).ok().and_then(|text| js_sys::JSON::parse(&text).ok()).unwrap_or(JsValue::NULL)
 }
 
-/// Serializes any serde value to a plain JS value (objects, not Maps).
-pub fn serde_to_js<T: serde::Serialize>(v: &T) -> JsValue {
-    let ser = serde_wasm_bindgen::Serializer::json_compatible();
-    v.serialize(&ser).unwrap_or(JsValue::NULL)
+/// Reads a JS argument into a serde type through its JSON text: the value is first checked as
+/// JSON data ([`to_json`]: errors name the path of a function, `Date`, `NaN`…), then read by
+/// `serde_json`, so JS arguments and wire text share one deserializer per type. `path` names
+/// the argument in errors (`options: missing field `relays``).
+pub fn from_js<T: serde::de::DeserializeOwned>(v: &JsValue, path: &str) -> Result<T, String> {
+    let text = crate::protocol::to_canonical_json(&to_json(v, path)?);
+    serde_json::from_str(&text).map_err(|e| {
+        // The position is in text the caller never saw; the rest names what was wrong.
+        let message = e.to_string();
+        let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(m, _)| m);
+        format!("{path}: {message}")
+    })
 }

@@ -12,7 +12,7 @@ use js_sys::{Array, Function, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{array_to_js, json_to_js, serde_text_to_js, serde_to_js};
+use super::convert::{array_to_js, from_js, json_to_js, serde_to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
 use super::writes::{self, arg_json, bad_arg};
@@ -286,6 +286,14 @@ async fn open_storage(
     }
 }
 
+/// A JavaScript promise of `f`. Every async export goes through this one boxed future type,
+/// so the module holds one copy of `future_to_promise`'s machinery instead of one per method
+/// (−23 KB of code before wasm-opt).
+fn promise(f: impl std::future::Future<Output = Result<JsValue, JsValue>> + 'static) -> js_sys::Promise {
+    let f: std::pin::Pin<Box<dyn std::future::Future<Output = Result<JsValue, JsValue>>>> = Box::pin(f);
+    wasm_bindgen_futures::future_to_promise(f)
+}
+
 /// After every automatic pass, what it wrote is made durable (IndexedDB storage; failures
 /// are kept in memory and saved with the next write).
 fn flush_after_pass(pages: Option<PageStore>, db_name: String) -> Option<AfterPass> {
@@ -304,77 +312,61 @@ impl WebEngine {
     /// storage?, maxEventBytes?, maxBlobBytes?, requestTimeoutMs?}`. Without `secret`, the
     /// secret stored in the database (sealed by `custody`) is used; with `custody`, the secret
     /// the engine runs with is stored sealed on every open (durable storage only).
-    pub async fn open(
-        secret: Option<String>,
-        options: JsValue,
-        custody: JsValue,
-        pages: JsValue,
-    ) -> Result<WebEngine, JsValue> {
-        let opts: OpenOptions =
-            serde_wasm_bindgen::from_value(options).map_err(|e| bad_arg(format!("options: {e}")))?;
-        let custody = Custody::from_js(&custody)?;
-        let db_name = opts.db_name.unwrap_or_else(|| "simplysync.db".into());
-        if db_name.is_empty()
-            || db_name.len() > 200
-            || db_name.contains(['/', '\\', '\0'])
-            || db_name == "."
-            || db_name == ".."
-        {
-            return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/', '\\' or NUL, not '.' or '..'")));
-        }
-        let pages = if pages.is_undefined() || pages.is_null() {
-            None
-        } else {
-            Some(PageStore::from_js(&pages).map_err(|e| bad_arg(e.to_string()))?)
-        };
-        let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name, pages.as_ref()).await?;
-        let pages = pages.filter(|_| storage.mode == "idb");
-        let secret = match (secret, &custody) {
-            (Some(s), _) => s,
-            (None, Some(c)) => match crate::engine::stored_wrapped_secret(&conn).map_err(err)? {
-                Some(wrapped) => c.unwrap(&wrapped).await?,
-                None => return Err(no_secret(&db_name)),
-            },
-            (None, None) => return Err(no_secret(&db_name)),
-        };
-        let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
-        let defaults = EngineOptions::default();
-        let options = EngineOptions {
-            max_event_bytes: whole(opts.max_event_bytes, "maxEventBytes", defaults.max_event_bytes as u64)? as usize,
-            max_blob_bytes: whole(opts.max_blob_bytes, "maxBlobBytes", defaults.max_blob_bytes as u64)? as usize,
-            request_timeout_ms: whole(opts.request_timeout_ms, "requestTimeoutMs", defaults.request_timeout_ms.into())?
-                as u32,
-        };
-        let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
-        let engine = Engine::open(conn, config, env).map_err(err)?;
-        let custody = custody.filter(|_| storage.mode != "memory");
-        if let Some(c) = &custody {
-            let wrapped = c.wrap(&engine.recovery_secret()).await?;
-            engine.set_wrapped_secret(&wrapped).map_err(err)?;
-        }
-        if let Some(p) = &pages {
-            crate::store::idb::flush(p, &db_name).await.map_err(storage_err)?;
-        }
-        let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
-        let engine = Rc::new(engine);
-        let driver = opts.auto_sync.unwrap_or(true).then(|| {
-            let options = DriverOptions { interval_ms: interval_ms.into(), live: opts.live.unwrap_or(true) };
-            let after_pass = flush_after_pass(pages.clone(), db_name.clone());
-            Driver::new(engine.clone(), Rc::new(GlooTimer), options, after_pass)
-        });
-        if let Some(d) = &driver {
-            wasm_bindgen_futures::spawn_local(d.clone().run());
-        }
-        let inner = Rc::new(Inner {
-            pages,
-            db_name,
-            engine: RefCell::new(Some(engine)),
-            storage,
-            custody,
-            driver: RefCell::new(driver),
-            callbacks: RefCell::new(Vec::new()),
-        });
-        Ok(WebEngine { inner })
+    #[wasm_bindgen(js_name = open)]
+    pub fn open_js(secret: Option<String>, options: JsValue, custody: JsValue, pages: JsValue) -> js_sys::Promise {
+        promise(async move { Self::open(secret, options, custody, pages).await.map(JsValue::from) })
+    }
+
+    /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
+    #[wasm_bindgen(js_name = sync)]
+    pub fn sync_js(&self) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.sync().await })
+    }
+
+    /// Every relay's status, refreshed from `/v1/status`.
+    #[wasm_bindgen(js_name = relayStatuses)]
+    pub fn relay_statuses_js(&self) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.relay_statuses().await })
+    }
+
+    /// A whole blob's bytes.
+    #[wasm_bindgen(js_name = getBlob)]
+    pub fn get_blob_js(&self, blob_id: String) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.get_blob(blob_id).await.map(JsValue::from) })
+    }
+
+    /// One chunk's bytes.
+    #[wasm_bindgen(js_name = getBlobChunk)]
+    pub fn get_blob_chunk_js(&self, blob_id: String, index: u32) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.get_blob_chunk(blob_id, index).await.map(JsValue::from) })
+    }
+
+    /// Moves everything to a new secret and pushes it; the old owner stays open until
+    /// `confirmRekey()`. With key custody the new secret is stored (sealed) in the same
+    /// transaction as the switch. At most once per `requestId`.
+    #[wasm_bindgen(js_name = rekey)]
+    pub fn rekey_js(&self, new_secret: String, request_id: Option<String>) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.rekey(new_secret, request_id).await })
+    }
+
+    /// Finishes a re-key: closes the old owner on every relay. At most once per `requestId`.
+    #[wasm_bindgen(js_name = confirmRekey)]
+    pub fn confirm_rekey_js(&self, request_id: Option<String>) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.confirm_rekey(request_id).await })
+    }
+
+    /// Resolves once everything written so far is durable (the worker awaits it after every
+    /// call; a no-op unless the database lives in IndexedDB).
+    #[wasm_bindgen(js_name = flush)]
+    pub fn flush_js(&self) -> js_sys::Promise {
+        let this = self.handle();
+        promise(async move { this.flush().await.map(|()| JsValue::UNDEFINED) })
     }
 
     /// Whether any tab of the app is visible: hidden, automatic polls are rarer
@@ -486,12 +478,6 @@ impl WebEngine {
         Ok(tables.iter().map(|t| JsValue::from_str(t)).collect::<Array>().into())
     }
 
-    /// Runs a full pass now (also with `autoSync: false`) and resolves with its report.
-    pub async fn sync(&self) -> Result<JsValue, JsValue> {
-        let report = self.engine()?.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(err)?;
-        Ok(serde_to_js(&report))
-    }
-
     /// The page regained focus or the network: sync now (unless `autoSync` is off).
     pub fn notify(&self, event: String) -> Result<(), JsValue> {
         let trigger = match event.as_str() {
@@ -503,12 +489,6 @@ impl WebEngine {
             d.request(trigger);
         }
         Ok(())
-    }
-
-    /// Every relay's status, refreshed from `/v1/status`.
-    #[wasm_bindgen(js_name = relayStatuses)]
-    pub async fn relay_statuses(&self) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.engine()?.relay_statuses().await.map_err(err)?))
     }
 
     /// Adds a relay (backfilled on its first pass). At most once per `requestId`.
@@ -570,20 +550,6 @@ impl WebEngine {
         Ok(serde_to_js(&m))
     }
 
-    /// A whole blob's bytes.
-    #[wasm_bindgen(js_name = getBlob)]
-    pub async fn get_blob(&self, blob_id: String) -> Result<Uint8Array, JsValue> {
-        let (_, bytes) = self.engine()?.get_blob(&blob_id).await.map_err(err)?;
-        Ok(Uint8Array::from(bytes.as_slice()))
-    }
-
-    /// One chunk's bytes.
-    #[wasm_bindgen(js_name = getBlobChunk)]
-    pub async fn get_blob_chunk(&self, blob_id: String, index: u32) -> Result<Uint8Array, JsValue> {
-        let bytes = self.engine()?.get_blob_chunk(&blob_id, index as usize).await.map_err(err)?;
-        Ok(Uint8Array::from(bytes.as_slice()))
-    }
-
     /// A blob's manifest.
     #[wasm_bindgen(js_name = blobManifest)]
     pub fn blob_manifest(&self, blob_id: String) -> Result<JsValue, JsValue> {
@@ -594,40 +560,6 @@ impl WebEngine {
     #[wasm_bindgen(js_name = recoveryPhrase)]
     pub fn recovery_phrase(&self) -> Result<String, JsValue> {
         Ok(self.engine()?.recovery_secret())
-    }
-
-    /// Moves everything to a new secret and pushes it; the old owner stays open until
-    /// `confirmRekey()`. With key custody the new secret is stored (sealed) in the same
-    /// transaction as the switch. At most once per `requestId`.
-    pub async fn rekey(&self, new_secret: String, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let e = &self.engine()?;
-        let wrapped = match &self.inner.custody {
-            Some(c) => {
-                let parsed = crate::protocol::Secret::parse(&new_secret).map_err(|x| err(x.into()))?;
-                Some(c.wrap(parsed.expose()).await?)
-            }
-            None => None,
-        };
-        let report = e
-            .once_async(
-                request_id.as_deref(),
-                |id| e.rekey_storing(&new_secret, wrapped.as_deref(), id),
-                || e.sync(SyncTrigger::Manual),
-            )
-            .await
-            .map_err(err)?;
-        Ok(serde_to_js(&report))
-    }
-
-    /// Finishes a re-key: closes the old owner on every relay. At most once per `requestId`.
-    #[wasm_bindgen(js_name = confirmRekey)]
-    pub async fn confirm_rekey(&self, request_id: Option<String>) -> Result<JsValue, JsValue> {
-        let e = &self.engine()?;
-        let report = e
-            .once_async(request_id.as_deref(), |id| e.confirm_rekey_request(id), || e.sync(SyncTrigger::Manual))
-            .await
-            .map_err(err)?;
-        Ok(serde_to_js(&report))
     }
 
     /// The owner id a re-key waiting for `confirmRekey()` moved to, or `null`.
@@ -703,12 +635,6 @@ impl WebEngine {
         self.inner.engine.borrow_mut().take();
     }
 
-    /// Resolves once everything written so far is durable (the worker awaits it after every
-    /// call; a no-op unless the database lives in IndexedDB).
-    pub async fn flush(&self) -> Result<(), JsValue> {
-        self.inner.flush().await
-    }
-
     /// The driver, unless `autoSync` is off or the engine closed.
     fn driver(&self) -> Option<Rc<Driver>> {
         self.inner.driver.borrow().clone()
@@ -725,12 +651,152 @@ impl WebEngine {
     }
 }
 
+/// The async methods of [`WebEngine`] behind their JavaScript promises.
+impl WebEngine {
+    /// Another handle on the same engine, for a promise that outlives the call.
+    fn handle(&self) -> WebEngine {
+        WebEngine { inner: self.inner.clone() }
+    }
+
+    /// `open()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn open(
+        secret: Option<String>,
+        options: JsValue,
+        custody: JsValue,
+        pages: JsValue,
+    ) -> Result<WebEngine, JsValue> {
+        let opts: OpenOptions = from_js(&options, "options").map_err(bad_arg)?;
+        let custody = Custody::from_js(&custody)?;
+        let db_name = opts.db_name.unwrap_or_else(|| "simplysync.db".into());
+        if db_name.is_empty()
+            || db_name.len() > 200
+            || db_name.contains(['/', '\\', '\0'])
+            || db_name == "."
+            || db_name == ".."
+        {
+            return Err(bad_arg(format!("dbName {db_name:?}: 1–200 characters, no '/', '\\' or NUL, not '.' or '..'")));
+        }
+        let pages = if pages.is_undefined() || pages.is_null() {
+            None
+        } else {
+            Some(PageStore::from_js(&pages).map_err(|e| bad_arg(e.to_string()))?)
+        };
+        let (conn, storage) = open_storage(opts.storage.as_deref().unwrap_or("auto"), &db_name, pages.as_ref()).await?;
+        let pages = pages.filter(|_| storage.mode == "idb");
+        let secret = match (secret, &custody) {
+            (Some(s), _) => s,
+            (None, Some(c)) => match crate::engine::stored_wrapped_secret(&conn).map_err(err)? {
+                Some(wrapped) => c.unwrap(&wrapped).await?,
+                None => return Err(no_secret(&db_name)),
+            },
+            (None, None) => return Err(no_secret(&db_name)),
+        };
+        let env = Env { transport: Rc::new(FetchTransport), clock: Rc::new(DateClock), entropy: Box::new(OsEntropy) };
+        let defaults = EngineOptions::default();
+        let options = EngineOptions {
+            max_event_bytes: whole(opts.max_event_bytes, "maxEventBytes", defaults.max_event_bytes as u64)? as usize,
+            max_blob_bytes: whole(opts.max_blob_bytes, "maxBlobBytes", defaults.max_blob_bytes as u64)? as usize,
+            request_timeout_ms: whole(opts.request_timeout_ms, "requestTimeoutMs", defaults.request_timeout_ms.into())?
+                as u32,
+        };
+        let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
+        let engine = Engine::open(conn, config, env).map_err(err)?;
+        let custody = custody.filter(|_| storage.mode != "memory");
+        if let Some(c) = &custody {
+            let wrapped = c.wrap(&engine.recovery_secret()).await?;
+            engine.set_wrapped_secret(&wrapped).map_err(err)?;
+        }
+        if let Some(p) = &pages {
+            crate::store::idb::flush(p, &db_name).await.map_err(storage_err)?;
+        }
+        let interval_ms = opts.sync_interval_ms.unwrap_or(DEFAULT_SYNC_INTERVAL_MS).max(100);
+        let engine = Rc::new(engine);
+        let driver = opts.auto_sync.unwrap_or(true).then(|| {
+            let options = DriverOptions { interval_ms: interval_ms.into(), live: opts.live.unwrap_or(true) };
+            let after_pass = flush_after_pass(pages.clone(), db_name.clone());
+            Driver::new(engine.clone(), Rc::new(GlooTimer), options, after_pass)
+        });
+        if let Some(d) = &driver {
+            wasm_bindgen_futures::spawn_local(d.clone().run());
+        }
+        let inner = Rc::new(Inner {
+            pages,
+            db_name,
+            engine: RefCell::new(Some(engine)),
+            storage,
+            custody,
+            driver: RefCell::new(driver),
+            callbacks: RefCell::new(Vec::new()),
+        });
+        Ok(WebEngine { inner })
+    }
+
+    /// `sync()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn sync(&self) -> Result<JsValue, JsValue> {
+        let report = self.engine()?.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(err)?;
+        Ok(serde_to_js(&report))
+    }
+
+    /// `relayStatuses()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn relay_statuses(&self) -> Result<JsValue, JsValue> {
+        Ok(serde_to_js(&self.engine()?.relay_statuses().await.map_err(err)?))
+    }
+
+    /// `getBlob()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn get_blob(&self, blob_id: String) -> Result<Uint8Array, JsValue> {
+        let (_, bytes) = self.engine()?.get_blob(&blob_id).await.map_err(err)?;
+        Ok(Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// `getBlobChunk()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn get_blob_chunk(&self, blob_id: String, index: u32) -> Result<Uint8Array, JsValue> {
+        let bytes = self.engine()?.get_blob_chunk(&blob_id, index as usize).await.map_err(err)?;
+        Ok(Uint8Array::from(bytes.as_slice()))
+    }
+
+    /// `rekey()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn rekey(&self, new_secret: String, request_id: Option<String>) -> Result<JsValue, JsValue> {
+        let e = &self.engine()?;
+        let wrapped = match &self.inner.custody {
+            Some(c) => {
+                let parsed = crate::protocol::Secret::parse(&new_secret).map_err(|x| err(x.into()))?;
+                Some(c.wrap(parsed.expose()).await?)
+            }
+            None => None,
+        };
+        let report = e
+            .once_async(
+                request_id.as_deref(),
+                |id| e.rekey_storing(&new_secret, wrapped.as_deref(), id),
+                || e.sync(SyncTrigger::Manual),
+            )
+            .await
+            .map_err(err)?;
+        Ok(serde_to_js(&report))
+    }
+
+    /// `confirmRekey()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn confirm_rekey(&self, request_id: Option<String>) -> Result<JsValue, JsValue> {
+        let e = &self.engine()?;
+        let report = e
+            .once_async(request_id.as_deref(), |id| e.confirm_rekey_request(id), || e.sync(SyncTrigger::Manual))
+            .await
+            .map_err(err)?;
+        Ok(serde_to_js(&report))
+    }
+
+    /// `flush()` of JavaScript, as a Rust future (what the browser tests await).
+    pub async fn flush(&self) -> Result<(), JsValue> {
+        self.inner.flush().await
+    }
+}
+
 /// Calls `callback({source, tables, rows})` after each committed batch of changes of `engine`
 /// (`Engine.onChange`; the benchmark's restore uses it too).
 pub(crate) fn forward_changes(engine: &crate::engine::Engine, callback: Function) -> u64 {
     engine.subscribe(None, move |e| {
         // A change event names every row it touched: thousands after a bulk write or a page.
-        let _ = callback.call1(&JsValue::NULL, &serde_text_to_js(e));
+        let _ = callback.call1(&JsValue::NULL, &serde_to_js(e));
     })
 }
 

@@ -11,5 +11,5 @@ pub mod engine;
 mod errors;
 pub mod io;
 mod panic;
-mod protocol_api;
+pub mod protocol_api;
 mod writes;

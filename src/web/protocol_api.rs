@@ -5,7 +5,7 @@ use js_sys::{Array, Uint8Array};
 use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
-use super::convert::{serde_to_js, to_js, to_json};
+use super::convert::{from_js, serde_to_js, to_js, to_json};
 use super::errors::{js_error, ErrorCode};
 use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::entropy::OsEntropy;
@@ -81,7 +81,7 @@ struct MetaIn {
 /// Seals a payload: `meta` is `{eventId, deviceId, createdAt?, streamId?}`; returns the envelope.
 #[wasm_bindgen(js_name = encryptPayload)]
 pub fn encrypt_payload_js(identity: &IdentityHandle, meta: JsValue, payload: JsValue) -> Result<JsValue, JsValue> {
-    let m: MetaIn = serde_wasm_bindgen::from_value(meta).map_err(|e| bad("INVALID_ARGUMENT", format!("meta: {e}")))?;
+    let m: MetaIn = from_js(&meta, "meta").map_err(|e| bad("INVALID_ARGUMENT", e))?;
     let payload = to_json(&payload, "payload").map_err(|e| bad("INVALID_ARGUMENT", e))?;
     let meta = EventMeta {
         event_id: m.event_id,
@@ -96,8 +96,7 @@ pub fn encrypt_payload_js(identity: &IdentityHandle, meta: JsValue, payload: JsV
 /// Opens an envelope and returns its payload; throws `CRYPTO` on a foreign owner or tampering.
 #[wasm_bindgen(js_name = decryptEnvelope)]
 pub fn decrypt_envelope_js(identity: &IdentityHandle, envelope: JsValue) -> Result<JsValue, JsValue> {
-    let env: SyncEnvelope =
-        serde_wasm_bindgen::from_value(envelope).map_err(|e| bad("INVALID_ARGUMENT", format!("envelope: {e}")))?;
+    let env: SyncEnvelope = from_js(&envelope, "envelope").map_err(|e| bad("INVALID_ARGUMENT", e))?;
     Ok(to_js(&decrypt_envelope(&identity.0, &env).map_err(|e| bad("CRYPTO", e))?))
 }
 
@@ -133,8 +132,7 @@ pub fn decrypt_blob_js(
     manifest: JsValue,
     chunks: Vec<Uint8Array>,
 ) -> Result<Uint8Array, JsValue> {
-    let m: BlobManifest =
-        serde_wasm_bindgen::from_value(manifest).map_err(|e| bad("INVALID_ARGUMENT", format!("manifest: {e}")))?;
+    let m: BlobManifest = from_js(&manifest, "manifest").map_err(|e| bad("INVALID_ARGUMENT", e))?;
     let stored: Vec<Vec<u8>> = chunks.iter().map(Uint8Array::to_vec).collect();
     let bytes = decrypt_blob(&identity.0, &m, &stored).map_err(|e| bad("BLOB_INVALID", e))?;
     Ok(Uint8Array::from(bytes.as_slice()))
