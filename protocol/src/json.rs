@@ -258,7 +258,13 @@ impl Json {
 
     /// An object from `(key, value)` pairs; a repeated key keeps its last value.
     pub fn object<K: Into<JsonString>>(pairs: impl IntoIterator<Item = (K, Json)>) -> Json {
-        Json::Object(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect())
+        // Inserted one by one, not collected: `BTreeMap`'s `FromIterator` sorts a vector first,
+        // and its stable sort is instantiated anew for every iterator type (~6 KB of wasm each).
+        let mut map = BTreeMap::new();
+        for (k, v) in pairs {
+            map.insert(k.into(), v);
+        }
+        Json::Object(map)
     }
 
     /// The member `key` of an object.
@@ -316,9 +322,7 @@ impl From<&serde_json::Value> for Json {
             serde_json::Value::Number(n) => Json::number(n.as_f64().unwrap_or(f64::NAN)),
             serde_json::Value::String(s) => Json::string(s.as_str()),
             serde_json::Value::Array(a) => Json::Array(a.iter().map(Json::from).collect()),
-            serde_json::Value::Object(o) => {
-                Json::Object(o.iter().map(|(k, v)| (JsonString::from(k.as_str()), Json::from(v))).collect())
-            }
+            serde_json::Value::Object(o) => Json::object(o.iter().map(|(k, v)| (k.as_str(), Json::from(v)))),
         }
     }
 }
@@ -338,7 +342,11 @@ impl Json {
             Json::String(s) => serde_json::Value::String(s.to_string_lossy()),
             Json::Array(a) => serde_json::Value::Array(a.iter().map(Json::to_serde).collect()),
             Json::Object(o) => {
-                serde_json::Value::Object(o.iter().map(|(k, v)| (k.to_string_lossy(), v.to_serde())).collect())
+                let mut map = serde_json::Map::new();
+                for (k, v) in o {
+                    map.insert(k.to_string_lossy(), v.to_serde());
+                }
+                serde_json::Value::Object(map)
             }
         }
     }

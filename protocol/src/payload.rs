@@ -97,15 +97,14 @@ impl PayloadHead {
 impl SyncPayload {
     /// The payload as a JSON value (its canonical JSON is the envelope plaintext).
     pub fn to_json(&self) -> Json {
-        let row: BTreeMap<JsonString, Json> =
-            self.row.iter().map(|(k, v)| (JsonString::from(k.as_str()), v.clone())).collect();
+        let row = Json::object(self.row.iter().map(|(k, v)| (k.as_str(), v.clone())));
         Json::object([
             ("schemaVersion", Json::from(self.schema_version)),
             ("table", Json::from(self.table.as_str())),
             ("rowId", Json::from(self.row_id.as_str())),
             ("hlc", Json::from(self.hlc.to_string())),
             ("deleted", Json::Bool(self.deleted)),
-            ("row", Json::Object(row)),
+            ("row", row),
         ])
     }
 
@@ -129,15 +128,17 @@ impl SyncPayload {
         let row_id = row_id.to_owned();
         let Json::Object(mut members) = v else { return Err(field_err("payload", "expected an object")) };
         let row = match members.remove(&JsonString::from("row")) {
-            Some(Json::Object(map)) => map
-                .into_iter()
-                .map(|(k, val)| {
+            Some(Json::Object(map)) => {
+                // Inserted one by one, not collected (see `Json::object`).
+                let mut row = BTreeMap::new();
+                for (k, val) in map {
                     // The parsed key's bytes become the `String`: no copy per column.
                     let key =
                         k.into_string().map_err(|_| field_err("row", "a column name contains a lone surrogate"))?;
-                    Ok((key, val))
-                })
-                .collect::<Result<BTreeMap<_, _>, PayloadError>>()?,
+                    row.insert(key, val);
+                }
+                row
+            }
             Some(other) => return Err(field_err("row", format!("expected an object, got {}", other.type_name()))),
             None => return Err(field_err("row", "missing")),
         };

@@ -39,7 +39,13 @@ pub struct ChangeEvent {
 
 impl ChangeEvent {
     pub(crate) fn new(source: ChangeSource, rows: Vec<RowChange>) -> ChangeEvent {
-        let tables: BTreeSet<String> = rows.iter().map(|r| r.table.clone()).collect();
+        // Each table name cloned once, not once per row (and no sort of a vector of them).
+        let mut tables = BTreeSet::new();
+        for r in &rows {
+            if !tables.contains(&r.table) {
+                tables.insert(r.table.clone());
+            }
+        }
         ChangeEvent { source, tables: tables.into_iter().collect(), rows }
     }
 }
@@ -125,7 +131,13 @@ impl super::Engine {
     /// touches one of `tables` (all tables when `None`). Returns an id for [`Self::unsubscribe`].
     pub fn subscribe(&self, tables: Option<Vec<String>>, callback: impl Fn(&ChangeEvent) + 'static) -> u64 {
         let id = self.listeners.id();
-        let set = tables.map(|t| t.into_iter().collect());
+        let set = tables.map(|t| {
+            let mut set = BTreeSet::new();
+            for table in t {
+                set.insert(table);
+            }
+            set
+        });
         self.listeners.changes.borrow_mut().push((id, set, Rc::new(callback)));
         id
     }

@@ -75,20 +75,15 @@ impl<'c> LocalWriter<'c> {
 
 /// A row as the app sees it: `{id, updatedAt, deleted, …columns}`.
 pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
-    let map: BTreeMap<JsonString, Json> = table
-        .row_fields()
-        .iter()
-        .map(|(name, field)| {
-            let value = match *field {
-                RowField::Id => Json::from(row.id.as_str()),
-                RowField::UpdatedAt => Json::from(row.updated_at.as_str()),
-                RowField::Deleted => Json::Bool(row.deleted),
-                RowField::Column(i) => from_sql(table.columns[i].column_type, (&row.values[i]).into()),
-            };
-            (JsonString::from(name.as_str()), value)
-        })
-        .collect();
-    Json::Object(map)
+    Json::object(table.row_fields().iter().map(|(name, field)| {
+        let value = match *field {
+            RowField::Id => Json::from(row.id.as_str()),
+            RowField::UpdatedAt => Json::from(row.updated_at.as_str()),
+            RowField::Deleted => Json::Bool(row.deleted),
+            RowField::Column(i) => from_sql(table.columns[i].column_type, (&row.values[i]).into()),
+        };
+        (name.as_str(), value)
+    }))
 }
 
 /// `to_canonical_json` of the rows' [`row_json`]s, written straight from the rows (a write

@@ -134,7 +134,10 @@ impl Engine {
         while let Some(r) = rows.next()? {
             owner_of_root.insert(r.get::<_, i64>(0)?, r.get::<_, String>(1)?);
         }
-        let read: BTreeSet<String> = roots.iter().filter_map(|root| owner_of_root.get(root).cloned()).collect();
+        let mut read = BTreeSet::new();
+        for table in roots.iter().filter_map(|root| owner_of_root.get(root)) {
+            read.insert(table.clone());
+        }
         Ok(read.into_iter().filter(|t| self.schema.table(t).is_some()).collect())
     }
 }

@@ -48,3 +48,12 @@ fn non_finite_numbers_become_null_as_json_stringify_writes_them() {
     assert_eq!(to_canonical_json(&Json::number(f64::NAN)), "null");
     assert_eq!(to_canonical_json(&Json::number(f64::INFINITY)), "null");
 }
+
+#[test]
+fn an_object_built_from_pairs_keeps_the_last_value_of_a_repeated_key_in_key_order() {
+    let built = Json::object([("b", Json::from(1.0)), ("a", Json::from(2.0)), ("b", Json::from(3.0))]);
+    assert_eq!(to_canonical_json(&built), r#"{"a":2,"b":3}"#);
+    let from_serde = Json::from(&serde_json::json!({"z": [1, {"y": true}], "x": null}));
+    assert_eq!(to_canonical_json(&from_serde), r#"{"x":null,"z":[1,{"y":true}]}"#);
+    assert_eq!(from_serde.to_serde(), serde_json::json!({"x": null, "z": [1, {"y": true}]}));
+}
