@@ -133,8 +133,25 @@ pub fn create_recovery_key(rng: &mut dyn Entropy) -> Result<String, EntropyError
 }
 
 fn normalize_mnemonic(input: &str) -> String {
-    let nfkd = nfkd(input).to_lowercase();
+    let nfkd = lowercase(&nfkd(input));
     nfkd.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Unicode lower-casing (full mappings, final sigma). In the browser the platform's
+/// `String.prototype.toLowerCase` does it, as for [`nfkd`]: Rust's `str::to_lowercase` links
+/// the Unicode case tables (~12 KB) into the npm package. Both implement the same Unicode
+/// algorithm; ASCII, all a valid English phrase holds, never leaves the module.
+#[cfg(target_arch = "wasm32")]
+fn lowercase(s: &str) -> String {
+    if s.is_ascii() {
+        return s.to_ascii_lowercase();
+    }
+    String::from(js_sys::JsString::from(s).to_lower_case())
+}
+
+#[cfg(not(target_arch = "wasm32"))]
+fn lowercase(s: &str) -> String {
+    s.to_lowercase()
 }
 
 /// Unicode NFKD. In the browser the platform's `String.prototype.normalize` does it, which

@@ -37,6 +37,23 @@ fn a_phrase_is_normalized_before_validation() {
 }
 
 #[test]
+fn a_phrase_is_lower_cased_by_the_full_unicode_rules_before_its_words_are_judged() {
+    // Final sigma: the last Σ of a word lower-cases to ς, the others to σ (natively by Rust,
+    // in the browser by `String.prototype.toLowerCase`: the same word either way).
+    let greek = TWELVE.replacen("abandon", "ΣΟΦΟΣ", 1);
+    assert_eq!(
+        Secret::parse(&greek).unwrap_err(),
+        IdentityError::UnknownWord { position: 1, word: "\u{3C3}\u{3BF}\u{3C6}\u{3BF}\u{3C2}".into() }
+    );
+    // NFKD first: Å becomes A + a combining ring, then lower-cased.
+    let nordic = TWELVE.replacen("abandon", "ÅBANDON", 1);
+    assert_eq!(
+        Secret::parse(&nordic).unwrap_err(),
+        IdentityError::UnknownWord { position: 1, word: "a\u{30A}bandon".into() }
+    );
+}
+
+#[test]
 fn an_unknown_word_is_named_with_its_position() {
     let bad = TWELVE.replacen("abandon", "abandonn", 1);
     assert_eq!(Secret::parse(&bad).unwrap_err(), IdentityError::UnknownWord { position: 1, word: "abandonn".into() });
