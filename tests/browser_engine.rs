@@ -448,3 +448,50 @@ async fn a_js_argument_of_the_wrong_shape_is_refused_with_an_error_naming_it() {
     assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
     assert_eq!(message(&err), "options.syncIntervalMs: NaN is not a finite number");
 }
+
+/// Pushes `envelopes` for `identity` straight to the test relay, as another device would.
+async fn push_raw(identity: &simplysync::protocol::Identity, envelopes: &[simplysync::protocol::SyncEnvelope]) {
+    let body = serde_json::json!({ "ownerId": identity.owner_id(), "events": envelopes }).to_string();
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    init.set_body(&JsValue::from_str(&body));
+    let headers = web_sys::Headers::new().unwrap();
+    headers.set("content-type", "application/json").unwrap();
+    headers.set("authorization", &format!("Bearer {}", identity.relay_auth())).unwrap();
+    init.set_headers(&headers);
+    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let resp: web_sys::Response = JsFuture::from(global.fetch_with_str_and_init(&format!("{RELAY}/v1/events"), &init))
+        .await
+        .unwrap()
+        .unchecked_into();
+    assert_eq!(resp.status(), 200, "{}", JsFuture::from(resp.text().unwrap()).await.unwrap().as_string().unwrap());
+}
+
+#[wasm_bindgen_test]
+async fn an_event_sealed_under_another_key_is_listed_as_quarantined_with_its_id_relay_reason_and_time() {
+    use simplysync::protocol::{encrypt_payload, EventMeta, Identity};
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let ours = Identity::from_secret(&secret).unwrap();
+    let theirs = Identity::from_secret(&simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap()).unwrap();
+    let meta = EventMeta {
+        event_id: "forged-1".into(),
+        device_id: "d1".into(),
+        created_at: "2026-12-04T00:00:00.000Z".into(),
+        stream_id: None,
+    };
+    let mut env = encrypt_payload(&theirs, &meta, &simplysync::protocol::Json::Null, &mut OsEntropy).unwrap();
+    env.owner_id = ours.owner_id().into();
+    push_raw(&ours, &[env]).await;
+
+    let e = open(secret, options(&unique("held"), &[RELAY], false)).await.unwrap();
+    e.sync().await.unwrap();
+    let held = Array::from(&e.quarantined().unwrap());
+    assert_eq!(held.length(), 1);
+    let h = held.get(0);
+    assert_eq!(get(&h, "eventId"), "forged-1");
+    assert_eq!(get(&h, "relay").as_string().unwrap().trim_end_matches('/'), RELAY.trim_end_matches('/'));
+    assert_eq!(get(&h, "reason"), "AUTH_FAILED");
+    assert!(!get(&h, "detail").as_string().unwrap().is_empty());
+    assert!(get(&h, "at").as_f64().unwrap() > 1.7e12, "a time in ms");
+    assert_eq!(Array::from(&e.deferred().unwrap()).length(), 0);
+}

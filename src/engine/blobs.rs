@@ -60,7 +60,10 @@ impl Engine {
             .execute(params![c.hash, m.blob_id, i as i64, c.bytes])?;
         }
         let table = self.table(BLOB_TABLE)?;
-        let fields = Json::from(&serde_json::to_value(m).expect("manifests serialize"));
+        // Through the text, as every other JSON in the module: a manifest always serializes,
+        // and serde_json's own value type then stays out of the package.
+        let text = serde_json::to_string(m).expect("manifests serialize");
+        let fields = crate::protocol::json_parse::parse_json(&text).expect("serde_json writes JSON");
         let mut values = Vec::with_capacity(table.columns.len());
         for c in &table.columns {
             values.push(to_sql(BLOB_TABLE, &c.name, c.column_type, fields.get(&c.name).unwrap_or(&Json::Null))?);
@@ -77,15 +80,15 @@ impl Engine {
         let row = rows::read_row(&self.db.borrow(), table, blob_id)?
             .filter(|r| !r.deleted)
             .ok_or_else(|| EngineError::BlobNotFound(blob_id.into()))?;
-        let mut v = row_json(table, &row).to_serde();
-        if let Some(o) = v.as_object_mut() {
-            for k in ["id", "updatedAt", "deleted"] {
-                o.remove(k);
+        let fields = match row_json(table, &row) {
+            Json::Object(o) => {
+                Json::object(o.into_iter().filter(|(k, _)| !matches!(k.as_str(), Some("id" | "updatedAt" | "deleted"))))
             }
-        }
-        // From the text, not the value: the manifest then has one deserializer (the one JS
+            other => other,
+        };
+        // From the text, not a value: the manifest then has one deserializer (the one JS
         // arguments and the wire use too) instead of a second one for `serde_json::Value`.
-        serde_json::from_str(&v.to_string()).map_err(|e| {
+        serde_json::from_str(&crate::protocol::canonical::to_canonical_json(&fields)).map_err(|e| {
             EngineError::Blob(crate::protocol::BlobError::InvalidManifest(format!("blob row {blob_id}: {e}")))
         })
     }

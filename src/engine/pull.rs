@@ -54,12 +54,16 @@ fn page_budget(head: u64, cursor: u64, first_page_len: usize) -> u64 {
 /// else a digest of its text.
 fn malformed_event_id(raw: &str) -> String {
     #[derive(Deserialize)]
-    struct IdOnly {
-        #[serde(rename = "eventId")]
-        event_id: Option<serde_json::Value>,
+    struct IdOnly<'a> {
+        #[serde(rename = "eventId", borrow)]
+        event_id: Option<&'a serde_json::value::RawValue>,
     }
-    match serde_json::from_str::<IdOnly>(raw) {
-        Ok(IdOnly { event_id: Some(serde_json::Value::String(id)) }) if !id.is_empty() && id.len() <= 256 => id,
+    let id = serde_json::from_str::<IdOnly>(raw)
+        .ok()
+        .and_then(|o| o.event_id)
+        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+    match id {
+        Some(id) if !id.is_empty() && id.len() <= 256 => id,
         _ => format!("malformed:{}", &sha256_base64url(raw.as_bytes())[..22]),
     }
 }

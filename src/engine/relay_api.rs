@@ -9,7 +9,8 @@ use serde_json::value::RawValue;
 use super::io::{HttpRequest, HttpResponse, Method, Transport};
 use crate::protocol::canonical::write_str_literal;
 use crate::protocol::wire::{
-    CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse, WaitResponse,
+    CloseResponse, CompactRequest, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse,
+    WaitResponse,
 };
 
 /// A relay call that did not succeed.
@@ -273,7 +274,8 @@ impl<'a> RelayApi<'a> {
     /// `POST /v1/streams/compact`; `None` when the relay does not know the owner (confirmed, see
     /// [`Self::confirm_unknown_owner`]).
     pub async fn compact(&self, stream_ids: &[String]) -> Result<Option<CompactResponse>, RelayFailure> {
-        let body = serde_json::json!({ "ownerId": self.owner_id, "streamIds": stream_ids }).to_string();
+        let request = CompactRequest { owner_id: self.owner_id.to_string(), stream_ids: stream_ids.to_vec() };
+        let body = serde_json::to_string(&request).expect("strings serialize");
         let resp =
             self.call(Method::Post, "/v1/streams/compact", Some((body.into_bytes(), "application/json"))).await?;
         match resp.status {

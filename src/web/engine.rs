@@ -816,9 +816,18 @@ pub fn wipe_database(db_name: String) -> Result<(), JsValue> {
 }
 
 fn held_to_js(held: &[crate::store::inbox::HeldEvent]) -> JsValue {
-    let v: Vec<serde_json::Value> = held
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Held<'a> {
+        event_id: &'a str,
+        relay: &'a str,
+        reason: &'a str,
+        detail: &'a str,
+        at: Option<i64>,
+    }
+    let v: Vec<Held<'_>> = held
         .iter()
-        .map(|h| serde_json::json!({"eventId": h.event_id, "relay": h.relay, "reason": h.reason, "detail": h.detail, "at": h.at}))
+        .map(|h| Held { event_id: &h.event_id, relay: &h.relay, reason: &h.reason, detail: &h.detail, at: h.at })
         .collect();
     serde_to_js(&v)
 }

@@ -154,6 +154,29 @@ async fn one_malformed_envelope_in_a_page_is_quarantined_and_the_rest_of_the_pag
 }
 
 #[tokio::test]
+async fn a_malformed_envelope_is_filed_under_its_event_id_only_when_that_is_a_string() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    a.engine.insert("todos", todo("r0", "x")).unwrap();
+    a.sync().await;
+    let b = Device::new(&secret, &[&relay.url]);
+    rewrite_pages(&b, |v| {
+        let events = v["events"].as_array_mut().unwrap();
+        if !events.is_empty() {
+            events.push(serde_json::json!({"eventId": 7, "version": 1}));
+            events.push(serde_json::json!({"eventId": "quote\"d", "version": 1}));
+        }
+    });
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].quarantined), (1, 2), "{r:?}");
+    let mut ids: Vec<String> = b.engine.quarantined().unwrap().into_iter().map(|q| q.event_id).collect();
+    ids.sort();
+    assert_eq!(ids[1], "quote\"d", "a string id is read as JSON, escapes and all");
+    assert!(ids[0].starts_with("malformed:") && ids[0].len() == "malformed:".len() + 22, "{ids:?}");
+}
+
+#[tokio::test]
 async fn a_404_that_is_not_the_relay_losing_the_owner_never_re_uploads() {
     let relay = TestRelay::start();
     let d = Device::new(&phrase(), &[&relay.url]);
