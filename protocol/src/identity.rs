@@ -15,6 +15,7 @@ use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
 
 use super::base64url;
+use super::bip39_english::{self, PhraseError};
 use super::canonical::write_str_literal;
 use super::entropy::{random_bytes, Entropy, EntropyError};
 
@@ -48,7 +49,8 @@ pub enum IdentityError {
     /// All words are valid but the phrase's checksum does not match (a typo or swapped words).
     #[error("the recovery phrase's checksum does not match: a word is mistyped or out of order")]
     BadChecksum,
-    /// A phrase the BIP39 decoder refused for a reason none of the variants above names.
+    /// A phrase refused for a reason none of the variants above names. The English decoder
+    /// never gives it now; the variant (and its code, `SECRET_INVALID_PHRASE`) stays stable.
     #[error("the recovery phrase is not valid BIP39: {reason}")]
     InvalidPhrase {
         /// The decoder's reason.
@@ -122,8 +124,7 @@ impl Secret {
 /// Mints a new 12-word (128-bit) BIP39 mnemonic.
 pub fn create_mnemonic(rng: &mut dyn Entropy) -> Result<String, EntropyError> {
     let entropy: [u8; 16] = random_bytes(rng)?;
-    let m = bip39::Mnemonic::from_entropy(&entropy).expect("16 bytes is a valid BIP39 entropy length");
-    Ok(m.to_string())
+    Ok(bip39_english::phrase_of(&entropy))
 }
 
 /// Mints a new native recovery key: `sf1_` + base64url(32 random bytes).
@@ -178,22 +179,15 @@ fn decode_recovery_key(b64: &str) -> Result<[u8; 32], IdentityError> {
 }
 
 fn mnemonic_entropy(normalized: &str) -> Result<Vec<u8>, IdentityError> {
-    let words: Vec<&str> = normalized.split(' ').collect();
-    if ![12, 15, 18, 21, 24].contains(&words.len()) {
-        return Err(IdentityError::WrongWordCount { count: words.len() });
-    }
-    // The crate judges the words before the checksum, so an unknown word is named first.
-    // (Looking words up here as well linked a second copy of the 2048-word list — 27 KB
-    // of the package: the crate's `#[inline]` lookup instantiates its `const` list anew.)
-    match bip39::Mnemonic::parse_in_normalized(bip39::Language::English, normalized) {
-        Ok(m) => Ok(m.to_entropy()),
-        Err(bip39::Error::InvalidChecksum) => Err(IdentityError::BadChecksum),
-        Err(bip39::Error::BadWordCount(count)) => Err(IdentityError::WrongWordCount { count }),
-        Err(bip39::Error::UnknownWord(i)) => {
-            Err(IdentityError::UnknownWord { position: i + 1, word: words.get(i).copied().unwrap_or("").to_owned() })
+    // Judged in BIP39's order: the count, each word, then the checksum, so an unknown word
+    // is named even when the checksum is also wrong.
+    bip39_english::entropy_of(normalized).map_err(|e| match e {
+        PhraseError::WordCount(count) => IdentityError::WrongWordCount { count },
+        PhraseError::UnknownWord(i) => {
+            IdentityError::UnknownWord { position: i + 1, word: normalized.split(' ').nth(i).unwrap_or("").to_owned() }
         }
-        Err(other) => Err(IdentityError::InvalidPhrase { reason: other.to_string() }),
-    }
+        PhraseError::Checksum => IdentityError::BadChecksum,
+    })
 }
 
 /// Everything derived from a secret. Holds key material: `Debug` shows only the owner id.

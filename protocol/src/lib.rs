@@ -10,6 +10,7 @@
 //! [`blob`] seals large binaries outside the log.
 
 pub mod base64url;
+mod bip39_english;
 pub mod blob;
 pub mod canonical;
 mod decimal;

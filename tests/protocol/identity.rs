@@ -1,4 +1,4 @@
-use crate::test;
+use crate::{test, Rng};
 use simplysync::protocol::entropy::{FixedEntropy, OsEntropy};
 use simplysync::protocol::identity::is_stream_id;
 use simplysync::protocol::{create_mnemonic, create_recovery_key, Identity, IdentityError, Secret};
@@ -127,4 +127,75 @@ fn debug_output_never_shows_keys_or_the_secret() {
     assert!(!shown.contains("abandon"));
     assert!(!shown.contains(id.relay_auth()));
     assert!(shown.contains(id.owner_id()));
+}
+
+#[test]
+fn a_minted_phrase_is_the_bip39_crates_phrase_of_the_same_entropy() {
+    let mut rng = Rng(0x5EED);
+    for _ in 0..500 {
+        let entropy = rng.bytes(16);
+        let ours = create_mnemonic(&mut FixedEntropy::new(entropy.clone())).unwrap();
+        assert_eq!(ours, bip39::Mnemonic::from_entropy(&entropy).unwrap().to_string());
+    }
+}
+
+#[test]
+fn every_bip39_length_decodes_to_the_entropy_the_bip39_crate_encoded() {
+    let mut rng = Rng(0xB1B39);
+    for len in [16, 20, 24, 28, 32] {
+        for _ in 0..100 {
+            let entropy = rng.bytes(len);
+            let phrase = bip39::Mnemonic::from_entropy(&entropy).unwrap().to_string();
+            let secret = Secret::parse(&phrase).unwrap();
+            assert_eq!(secret.identity().owner_id(), Identity::from_mnemonic_entropy(&entropy).owner_id());
+        }
+    }
+}
+
+#[test]
+fn a_phrase_is_refused_for_the_reason_the_bip39_crate_gives() {
+    // Valid phrases of every length with one word changed (to another list word, to a
+    // non-word) or one word dropped or added: the verdict matches the crate's, kind by kind.
+    let list = bip39::Language::English.word_list();
+    let mut rng = Rng(0xC4EC);
+    let (mut checksums, mut unknown, mut counts, mut valid) = (0, 0, 0, 0);
+    for len in [16, 20, 24, 28, 32] {
+        for round in 0..200 {
+            let entropy = rng.bytes(len);
+            let phrase = bip39::Mnemonic::from_entropy(&entropy).unwrap().to_string();
+            let mut words: Vec<String> = phrase.split(' ').map(String::from).collect();
+            let at = rng.next() as usize % words.len();
+            match round % 4 {
+                0 | 1 => words[at] = list[rng.next() as usize % 2048].to_owned(),
+                2 => words[at].push('x'),
+                _ if round % 8 == 3 => drop(words.remove(at)),
+                _ => words.insert(at, "zoo".to_owned()),
+            }
+            let changed = words.join(" ");
+            let ours = Secret::parse(&changed);
+            match bip39::Mnemonic::parse_in_normalized(bip39::Language::English, &changed) {
+                Ok(m) => {
+                    valid += 1;
+                    let expected = Identity::from_mnemonic_entropy(&m.to_entropy());
+                    assert_eq!(ours.unwrap().identity().owner_id(), expected.owner_id(), "{changed}");
+                }
+                Err(bip39::Error::InvalidChecksum) => {
+                    checksums += 1;
+                    assert_eq!(ours.unwrap_err(), IdentityError::BadChecksum, "{changed}");
+                }
+                Err(bip39::Error::UnknownWord(i)) => {
+                    unknown += 1;
+                    let word = words[i].clone();
+                    assert_eq!(ours.unwrap_err(), IdentityError::UnknownWord { position: i + 1, word }, "{changed}");
+                }
+                Err(bip39::Error::BadWordCount(count)) => {
+                    counts += 1;
+                    assert_eq!(ours.unwrap_err(), IdentityError::WrongWordCount { count }, "{changed}");
+                }
+                Err(other) => panic!("the crate refused {changed:?} for another reason: {other}"),
+            }
+        }
+    }
+    // Every kind of verdict was met (a changed word keeps the checksum 1 time in 2^(n/3)).
+    assert!(checksums > 300 && unknown > 200 && counts > 200 && valid > 0, "{checksums} {unknown} {counts} {valid}");
 }

@@ -2,7 +2,7 @@
 //! Rust's `str::parse::<f64>` is correctly rounded too, so it is the reference here; in the
 //! browser run the literals the fast path declines go through the platform's `parseFloat`.
 
-use crate::test;
+use crate::{test, Rng};
 use simplysync::protocol::parse_json;
 
 fn parsed(literal: &str) -> f64 {
@@ -81,22 +81,6 @@ fn numbers_beyond_the_range_of_a_double_are_an_error_naming_it() {
     for literal in ["1e309", "-1e309", "1e99999999999999999999"] {
         let err = parse_json(literal).unwrap_err();
         assert_eq!(err.reason, "number out of the range of a double", "{literal}");
-    }
-}
-
-/// A small deterministic generator (xorshift64*), so a failure names a literal that reproduces.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
     }
 }
 
