@@ -1,8 +1,8 @@
 //! What the engine tells the app: row changes (after each committed local batch and each
 //! applied remote page), pull progress, and relay status changes.
 
+use super::sorted;
 use std::cell::{Cell, RefCell};
-use std::collections::BTreeSet;
 use std::rc::Rc;
 
 use super::relay::RelayStatus;
@@ -40,13 +40,13 @@ pub struct ChangeEvent {
 impl ChangeEvent {
     pub(crate) fn new(source: ChangeSource, rows: Vec<RowChange>) -> ChangeEvent {
         // Each table name cloned once, not once per row (and no sort of a vector of them).
-        let mut tables = BTreeSet::new();
+        let mut tables: Vec<String> = Vec::new();
         for r in &rows {
-            if !tables.contains(&r.table) {
-                tables.insert(r.table.clone());
+            if let Err(at) = tables.binary_search(&r.table) {
+                tables.insert(at, r.table.clone());
             }
         }
-        ChangeEvent { source, tables: tables.into_iter().collect(), rows }
+        ChangeEvent { source, tables, rows }
     }
 }
 
@@ -76,7 +76,8 @@ type ChangeFn = Rc<dyn Fn(&ChangeEvent)>;
 type ProgressFn = Rc<dyn Fn(&Progress)>;
 type StatusFn = Rc<dyn Fn(&[RelayStatus])>;
 /// A change subscription: id, table filter (None = all), callback.
-type ChangeSub = (u64, Option<BTreeSet<String>>, ChangeFn);
+/// A subscription: its id, the tables it listens to (sorted; all when `None`), its callback.
+type ChangeSub = (u64, Option<Vec<String>>, ChangeFn);
 
 #[derive(Default)]
 pub(crate) struct Listeners {
@@ -101,9 +102,10 @@ impl Listeners {
         let subs: Vec<_> = self.changes.borrow().iter().map(|(_, t, f)| (t.clone(), f.clone())).collect();
         for (tables, f) in subs {
             match tables {
-                Some(t) if !event.tables.iter().any(|x| t.contains(x)) => {}
+                Some(t) if !event.tables.iter().any(|x| sorted::contains(&t, x)) => {}
                 Some(t) => {
-                    let rows: Vec<RowChange> = event.rows.iter().filter(|r| t.contains(&r.table)).cloned().collect();
+                    let rows: Vec<RowChange> =
+                        event.rows.iter().filter(|r| sorted::contains(&t, &r.table)).cloned().collect();
                     f(&ChangeEvent::new(event.source, rows));
                 }
                 None => f(event),
@@ -132,9 +134,9 @@ impl super::Engine {
     pub fn subscribe(&self, tables: Option<Vec<String>>, callback: impl Fn(&ChangeEvent) + 'static) -> u64 {
         let id = self.listeners.id();
         let set = tables.map(|t| {
-            let mut set = BTreeSet::new();
+            let mut set = Vec::with_capacity(t.len());
             for table in t {
-                set.insert(table);
+                sorted::insert(&mut set, table);
             }
             set
         });

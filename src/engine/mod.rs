@@ -35,6 +35,7 @@ mod relay;
 mod relay_api;
 mod relay_set;
 mod requests;
+mod sorted;
 mod sync;
 
 use std::cell::{Cell, RefCell};

@@ -3,6 +3,7 @@
 use rusqlite::types::Value;
 
 use super::mutate::row_json;
+use super::sorted;
 use super::values::{dynamic_from_sql, param_to_sql, to_sql};
 use super::{Engine, EngineError};
 use crate::protocol::json::JsonString;
@@ -113,32 +114,29 @@ impl Engine {
     /// Asked of SQLite itself: the b-trees its compiled program opens for reading (`OpenRead`
     /// in `EXPLAIN`), each a table or an index of one.
     pub fn tables_read(&self, sql: &str) -> Result<Vec<String>, EngineError> {
-        use std::collections::{BTreeMap, BTreeSet};
-
         let db = self.db.borrow();
         drop(prepare_read(&db, sql)?);
         let bad = |e: rusqlite::Error| EngineError::InvalidQuery(e.to_string());
-        let mut roots = BTreeSet::new();
+        let mut roots: Vec<i64> = Vec::new();
         let mut program = db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)?;
         let mut steps = program.raw_query();
         while let Some(step) = steps.next().map_err(bad)? {
             // Columns: addr, opcode, p1, p2 (the root page), p3 (the database: 0 is main).
             if step.get_ref(1)?.as_str().ok() == Some("OpenRead") && step.get::<_, i64>(4)? == 0 {
-                roots.insert(step.get::<_, i64>(3)?);
+                sorted::insert(&mut roots, step.get::<_, i64>(3)?);
             }
         }
         drop(steps);
-        let mut owner_of_root = BTreeMap::new();
+        let mut read: Vec<String> = Vec::new();
         let mut schema = db.prepare("SELECT rootpage, tbl_name FROM sqlite_schema WHERE rootpage > 0")?;
         let mut rows = schema.query([])?;
         while let Some(r) = rows.next()? {
-            owner_of_root.insert(r.get::<_, i64>(0)?, r.get::<_, String>(1)?);
+            let table = r.get::<_, String>(1)?;
+            if sorted::contains(&roots, &r.get::<_, i64>(0)?) && self.schema.table(&table).is_some() {
+                sorted::insert(&mut read, table);
+            }
         }
-        let mut read = BTreeSet::new();
-        for table in roots.iter().filter_map(|root| owner_of_root.get(root)) {
-            read.insert(table.clone());
-        }
-        Ok(read.into_iter().filter(|t| self.schema.table(t).is_some()).collect())
+        Ok(read)
     }
 }
 

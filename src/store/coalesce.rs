@@ -28,7 +28,6 @@
 #![allow(unsafe_code)]
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::ffi::{c_int, c_void, CString};
 use std::sync::Mutex;
 
@@ -91,9 +90,9 @@ thread_local! {
     static COUNTS: RefCell<WriteCounts> = const { RefCell::new(WriteCounts { received: 0, sent: 0 }) };
 }
 
-/// Our method table for each underlying one, built once (SQLite's registry is process-wide,
-/// so this is too).
-static METHODS: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Our method table for each underlying one (underlying → ours), built once (SQLite's
+/// registry is process-wide, so this is too). A list: there is one per VFS wrapped.
+static METHODS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
 
 /// The write counts so far (of every shim on this thread).
 pub fn write_counts() -> WriteCounts {
@@ -143,7 +142,10 @@ pub fn install(real: &str, name: &str, cap: usize) -> Result<(), StoreError> {
 fn methods_for(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_methods {
     {
         let mut m = METHODS.lock().unwrap_or_else(|p| p.into_inner());
-        let ptr = *m.entry(real as usize).or_insert_with(|| {
+        if let Some(&(_, ours)) = m.iter().find(|(r, _)| *r == real as usize) {
+            return ours as *const ffi::sqlite3_io_methods;
+        }
+        let ptr = {
             // SAFETY: real is the method table of a file the underlying VFS just opened.
             let r = unsafe { &*real };
             let ours = ffi::sqlite3_io_methods {
@@ -169,7 +171,8 @@ fn methods_for(real: *const ffi::sqlite3_io_methods) -> *const ffi::sqlite3_io_m
                 xUnfetch: r.xUnfetch.filter(|_| r.iVersion >= 3).map(|_| x_unfetch as _),
             };
             Box::into_raw(Box::new(ours)) as usize
-        });
+        };
+        m.push((real as usize, ptr));
         ptr as *const ffi::sqlite3_io_methods
     }
 }

@@ -62,7 +62,38 @@ impl Mirror {
     }
 }
 
-type Mirrors = Rc<RefCell<BTreeMap<String, Rc<RefCell<Mirror>>>>>;
+/// Open files by name: a list, not a map (a database has two or three files).
+struct Named<T>(Vec<(String, Rc<RefCell<T>>)>);
+
+impl<T> Default for Named<T> {
+    fn default() -> Self {
+        Named(Vec::new())
+    }
+}
+
+impl<T> Named<T> {
+    fn get(&self, name: &str) -> Option<&Rc<RefCell<T>>> {
+        self.0.iter().find(|(n, _)| n == name).map(|(_, f)| f)
+    }
+
+    fn contains_key(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Adds or replaces the file `name`.
+    fn insert(&mut self, name: String, file: Rc<RefCell<T>>) {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = file,
+            None => self.0.push((name, file)),
+        }
+    }
+
+    fn remove(&mut self, name: &str) {
+        self.0.retain(|(n, _)| n != name);
+    }
+}
+
+type Mirrors = Rc<RefCell<Named<Mirror>>>;
 
 #[derive(Clone)]
 struct AppData {
@@ -70,7 +101,7 @@ struct AppData {
     /// Main database files (mirrored), by name.
     mirrors: Mirrors,
     /// Other files (journals, temporary files): memory only.
-    scratch: Rc<RefCell<BTreeMap<String, Rc<RefCell<MemChunksFile>>>>>,
+    scratch: Rc<RefCell<Named<MemChunksFile>>>,
     error: Rc<RefCell<Option<VfsError>>>,
 }
 

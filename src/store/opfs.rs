@@ -7,7 +7,6 @@
 //! databases work at once, and one tab (the JS facade elects it) runs each database.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
 use rusqlite::{Connection, OpenFlags};
 use sqlite_wasm_rs::vfs::VfsFilesManager as _;
@@ -21,7 +20,13 @@ pub const ROOT_DIRECTORY: &str = "simplysync";
 const SPARE_SLOTS: usize = 3;
 
 thread_local! {
-    static POOLS: RefCell<BTreeMap<String, OpfsSAHPoolUtil>> = const { RefCell::new(BTreeMap::new()) };
+    /// The pools installed in this worker, by database name (a list: a worker opens one or two).
+    static POOLS: RefCell<Vec<(String, OpfsSAHPoolUtil)>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The pool installed for `db_name`, if any.
+fn installed_pool(db_name: &str) -> Option<OpfsSAHPoolUtil> {
+    POOLS.with(|p| p.borrow().iter().find(|(name, _)| name == db_name).map(|(_, pool)| pool.clone()))
 }
 
 fn opfs_err(e: impl std::fmt::Display) -> StoreError {
@@ -45,7 +50,7 @@ fn coalesced_vfs_name(db_name: &str) -> String {
 
 /// Installs (or reuses) the pool of `db_name`.
 pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError> {
-    if let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) {
+    if let Some(pool) = installed_pool(db_name) {
         if pool.is_paused() {
             pool.resume().await.map_err(opfs_err)?;
         }
@@ -53,7 +58,13 @@ pub async fn database_pool(db_name: &str) -> Result<OpfsSAHPoolUtil, StoreError>
     }
     let cfg = OpfsSAHPoolCfgBuilder::new().vfs_name(&vfs_name(db_name)).directory(&pool_directory(db_name)).build();
     let pool = install::<sqlite_wasm_rs::WasmOsCallback>(&cfg, false).await.map_err(opfs_err)?;
-    POOLS.with(|p| p.borrow_mut().insert(db_name.to_owned(), pool.clone()));
+    POOLS.with(|p| {
+        let mut pools = p.borrow_mut();
+        match pools.iter_mut().find(|(name, _)| name == db_name) {
+            Some(slot) => slot.1 = pool.clone(),
+            None => pools.push((db_name.to_owned(), pool.clone())),
+        }
+    });
     Ok(pool)
 }
 
@@ -102,7 +113,7 @@ async fn open_with(db_name: &str, page_size: u32, chunked_recovery: bool) -> Res
 /// Deletes every file of `db_name`'s pool (the database and its WAL) and releases the pool's
 /// handles. Every connection to the database must be closed first.
 pub fn wipe_database(db_name: &str) -> Result<(), StoreError> {
-    let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) else { return Ok(()) };
+    let Some(pool) = installed_pool(db_name) else { return Ok(()) };
     pool.clear().map_err(opfs_err)?;
     pool.pause().map_err(opfs_err)?;
     Ok(())
@@ -111,6 +122,6 @@ pub fn wipe_database(db_name: &str) -> Result<(), StoreError> {
 /// Releases the handles of `db_name`'s pool (keeping its files), so another worker can open the
 /// database. Every connection to it must be closed first.
 pub fn release_database(db_name: &str) -> Result<(), StoreError> {
-    let Some(pool) = POOLS.with(|p| p.borrow().get(db_name).cloned()) else { return Ok(()) };
+    let Some(pool) = installed_pool(db_name) else { return Ok(()) };
     pool.pause().map_err(opfs_err)
 }

@@ -6,8 +6,6 @@
 //! (spec, "Extending the protocol"). The table `blob` is the engine's own: it holds blob
 //! manifests and may not be declared by the app.
 
-use std::collections::BTreeMap;
-
 use serde::{Deserialize, Serialize};
 
 /// The name of the engine-managed table holding blob manifests.
@@ -181,7 +179,7 @@ pub struct Table {
     pub columns: Vec<ColumnDef>,
     /// Its statements.
     pub sql: TableSql,
-    index: BTreeMap<String, usize>,
+    /// Sorted by name: also the lookup of a column by name.
     fields: Vec<(String, RowField)>,
 }
 
@@ -207,7 +205,14 @@ impl Table {
 
     /// The declared type of `column`, if it is an app column.
     pub fn column(&self, column: &str) -> Option<ColumnType> {
-        self.index.get(column).map(|&i| self.columns[i].column_type)
+        // The fields are sorted by name; app columns are all but `id`, `updatedAt`, `deleted`.
+        match self.fields.binary_search_by(|(name, _)| name.as_str().cmp(column)) {
+            Ok(at) => match self.fields[at].1 {
+                RowField::Column(i) => Some(self.columns[i].column_type),
+                _ => None,
+            },
+            Err(_) => None,
+        }
     }
 }
 
@@ -216,7 +221,8 @@ impl Table {
 pub struct Schema {
     /// The version this app writes and understands.
     pub version: u32,
-    tables: BTreeMap<String, Table>,
+    /// Sorted by name (a sorted vector, not a map: a schema has a few tables).
+    tables: Vec<Table>,
 }
 
 fn valid_identifier(name: &str) -> bool {
@@ -250,7 +256,6 @@ fn blob_table() -> TableDef {
 }
 
 fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
-    let mut index = BTreeMap::new();
     for (i, c) in def.columns.iter().enumerate() {
         if !valid_identifier(&c.name) {
             return Err(SchemaError::InvalidName { what: "column", name: c.name.clone() });
@@ -259,10 +264,9 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
             return Err(SchemaError::Reserved { what: "column", name: c.name.clone() });
         }
         // SQLite identifiers are case-insensitive: "Title" and "title" would collide.
-        if index.keys().any(|k: &String| k.eq_ignore_ascii_case(&c.name)) {
+        if def.columns[..i].iter().any(|k| k.name.eq_ignore_ascii_case(&c.name)) {
             return Err(SchemaError::Duplicate { what: "column", name: c.name.clone() });
         }
-        index.insert(c.name.clone(), i);
     }
     let sql = TableSql::new(&def.name, &def.columns);
     let mut fields = vec![
@@ -272,7 +276,12 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
     ];
     fields.extend(def.columns.iter().enumerate().map(|(i, c)| (c.name.clone(), RowField::Column(i))));
     fields.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(Table { name: def.name, columns: def.columns, sql, index, fields })
+    Ok(Table { name: def.name, columns: def.columns, sql, fields })
+}
+
+fn insert_by_name(tables: &mut Vec<Table>, table: Table) {
+    let at = tables.partition_point(|t| t.name < table.name);
+    tables.insert(at, table);
 }
 
 impl Schema {
@@ -281,7 +290,7 @@ impl Schema {
         if def.schema_version == 0 {
             return Err(SchemaError::InvalidVersion);
         }
-        let mut tables = BTreeMap::new();
+        let mut tables: Vec<Table> = Vec::new();
         for t in def.tables {
             if !valid_identifier(&t.name) {
                 return Err(SchemaError::InvalidName { what: "table", name: t.name });
@@ -289,25 +298,24 @@ impl Schema {
             if reserved_table(&t.name) {
                 return Err(SchemaError::Reserved { what: "table", name: t.name });
             }
-            if tables.keys().any(|k: &String| k.eq_ignore_ascii_case(&t.name)) {
+            if tables.iter().any(|k| k.name.eq_ignore_ascii_case(&t.name)) {
                 return Err(SchemaError::Duplicate { what: "table", name: t.name });
             }
-            let table = table_from_def(t)?;
-            tables.insert(table.name.clone(), table);
+            insert_by_name(&mut tables, table_from_def(t)?);
         }
-        let blob = table_from_def(blob_table())?;
-        tables.insert(blob.name.clone(), blob);
+        // `blob` is reserved above, so it is never a duplicate.
+        insert_by_name(&mut tables, table_from_def(blob_table())?);
         Ok(Schema { version: def.schema_version, tables })
     }
 
     /// The table `name`, if declared (or `blob`).
     pub fn table(&self, name: &str) -> Option<&Table> {
-        self.tables.get(name)
+        self.tables.binary_search_by(|t| t.name.as_str().cmp(name)).ok().map(|at| &self.tables[at])
     }
 
     /// Every table, `blob` included.
     pub fn tables(&self) -> impl Iterator<Item = &Table> {
-        self.tables.values()
+        self.tables.iter()
     }
 }
 
@@ -338,6 +346,26 @@ mod tests {
         let s = Schema::new(def(vec![("todos", vec![("title", ColumnType::Text)])])).unwrap();
         assert_eq!(s.table("todos").unwrap().column("title"), Some(ColumnType::Text));
         assert!(s.table(BLOB_TABLE).is_some());
+    }
+
+    #[test]
+    fn every_table_and_column_is_found_by_name_and_tables_are_listed_by_name() {
+        let cols = vec![("zeta", ColumnType::Integer), ("alpha", ColumnType::Text), ("mid", ColumnType::Json)];
+        let s = Schema::new(def(vec![("todos", cols.clone()), ("albums", vec![]), ("notes", cols)])).unwrap();
+        let names: Vec<&str> = s.tables().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["albums", BLOB_TABLE, "notes", "todos"]);
+        for name in names {
+            assert_eq!(s.table(name).unwrap().name, name);
+        }
+        assert!(s.table("todo").is_none() && s.table("Todos").is_none() && s.table("zzz").is_none());
+        let t = s.table("todos").unwrap();
+        assert_eq!(t.column("zeta"), Some(ColumnType::Integer));
+        assert_eq!(t.column("alpha"), Some(ColumnType::Text));
+        assert_eq!(t.column("mid"), Some(ColumnType::Json));
+        // The row's own fields and unknown names are not app columns.
+        for name in ["id", "updatedAt", "deleted", "Alpha", "a", "zz", ""] {
+            assert_eq!(t.column(name), None, "{name}");
+        }
     }
 
     #[test]

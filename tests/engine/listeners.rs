@@ -34,6 +34,36 @@ fn ids(events: &RefCell<Vec<ChangeEvent>>) -> Vec<Vec<(String, String)>> {
 }
 
 #[test]
+fn a_subscription_to_several_tables_in_any_order_hears_each_and_names_them_sorted() {
+    let d = Device::open(DeviceSpec {
+        secret: &phrase(),
+        relays: vec![],
+        schema: todo_schema(1, &["notes", "albums", "zines"]),
+        db_path: None,
+        clock_ms: T0,
+    });
+    let (seen, f) = recorder();
+    // Out of order, one repeated: the set is the same.
+    d.engine.subscribe(Some(vec!["zines".into(), "notes".into(), "albums".into(), "zines".into()]), f);
+    let body = |id: &str| Json::object([("id", Json::from(id)), ("body", Json::from("b"))]);
+    d.engine
+        .transaction(&[
+            Op::Insert { table: "zines".into(), row: body("z1") },
+            Op::Insert { table: "todos".into(), row: todo("t1", "one") },
+            Op::Insert { table: "albums".into(), row: body("a1") },
+            Op::Insert { table: "notes".into(), row: body("n1") },
+        ])
+        .unwrap();
+    d.engine.insert("todos", todo("t2", "two")).unwrap();
+
+    let events = seen.borrow();
+    assert_eq!(events.len(), 1, "no event for todos alone");
+    assert_eq!(events[0].tables, ["albums", "notes", "zines"]);
+    let rows: Vec<&str> = events[0].rows.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(rows, ["z1", "a1", "n1"], "the rows of the listened tables, in the batch's order");
+}
+
+#[test]
 fn a_subscription_to_one_table_hears_only_that_tables_rows() {
     let d = device_with_notes(&phrase(), &[]);
     let (todos_only, f) = recorder();
