@@ -10,8 +10,6 @@
 //! only the routing fields (schema version, table, HLC) so the engine can defer what it does
 //! not understand *before* interpreting the row.
 
-use std::collections::BTreeMap;
-
 use super::hlc::Hlc;
 use super::json::{Json, JsonString};
 
@@ -45,8 +43,9 @@ pub struct SyncPayload {
     pub hlc: Hlc,
     /// Soft-delete flag.
     pub deleted: bool,
-    /// The app's columns.
-    pub row: BTreeMap<String, Json>,
+    /// The app's columns as the payload's `row` object holds them: each name once, in
+    /// canonical JSON's order (UTF-16 code units). A list, not a map: it is only walked.
+    pub row: Vec<(String, Json)>,
 }
 
 /// The routing fields of a payload, read without interpreting the row.
@@ -129,13 +128,12 @@ impl SyncPayload {
         let Json::Object(mut members) = v else { return Err(field_err("payload", "expected an object")) };
         let row = match members.remove(&JsonString::from("row")) {
             Some(Json::Object(map)) => {
-                // Inserted one by one, not collected (see `Json::object`).
-                let mut row = BTreeMap::new();
+                let mut row = Vec::with_capacity(map.len());
                 for (k, val) in map {
                     // The parsed key's bytes become the `String`: no copy per column.
                     let key =
                         k.into_string().map_err(|_| field_err("row", "a column name contains a lone surrogate"))?;
-                    row.insert(key, val);
+                    row.push((key, val));
                 }
                 row
             }
