@@ -25,7 +25,9 @@ use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::envelope::{decrypt_envelope_bytes, encrypt_plaintext, EventMeta};
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::sealed_box::{open_value, seal_value};
-use crate::protocol::{decrypt_blob, encrypt_blob_with_id, Identity, Secret, SyncEnvelope};
+use crate::protocol::{
+    decrypt_blob, encrypt_blob_with_id, parse_json, to_canonical_json, Identity, Json, Secret, SyncEnvelope,
+};
 use crate::store::{inbox, outbox, system, StoreError};
 
 /// The `_sync_meta` key of the hand-over record.
@@ -366,7 +368,7 @@ impl Engine {
 
     fn reseal_closes(&self, tx: &Connection, url: &str, from: &Identity, to: &Identity) -> Result<(), EngineError> {
         let mut closes = pending_closes(tx, url)?;
-        for (owner, token) in closes.iter_mut() {
+        for (owner, token) in closes.0.iter_mut() {
             if let Ok(plain) = open_value(from, &close_aad(owner), token) {
                 *token = seal_value(to, &close_aad(owner), &plain, self.rng.borrow_mut().as_mut())?;
             }
@@ -381,7 +383,7 @@ impl Engine {
             return Ok(());
         }
         let keeper = self.identity();
-        for (owner, sealed) in &closes {
+        for (owner, sealed) in &closes.0 {
             if let Ok(token) = open_value(&keeper, &close_aad(owner), sealed) {
                 let token = String::from_utf8_lossy(&token).into_owned();
                 super::relay_api::RelayApi::new(self.transport.as_ref(), url, owner, &token)
@@ -406,21 +408,93 @@ pub fn stored_wrapped_secret(conn: &Connection) -> Result<Option<String>, Engine
     Ok(system::meta_get_if_table(conn, WRAPPED_SECRET_KEY)?)
 }
 
-fn pending_closes(conn: &Connection, url: &str) -> Result<std::collections::BTreeMap<String, String>, EngineError> {
-    let Some(text) = system::meta_get(conn, &format!("pending_close:{url}"))? else { return Ok(Default::default()) };
-    serde_json::from_str(&text).map_err(|e| StoreError::Corrupt(format!("pending closes of {url}: {e}")).into())
+/// The closes queued for one relay: owner id → its relay token, sealed. Stored as a JSON
+/// object of strings; held as a list sorted by owner (a device queues one or two).
+#[derive(Default)]
+struct Closes(Vec<(String, String)>);
+
+impl Closes {
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Queues (or replaces) the close of `owner`.
+    fn insert(&mut self, owner: String, sealed: String) {
+        match self.0.binary_search_by(|(o, _)| o.as_str().cmp(&owner)) {
+            Ok(at) => self.0[at].1 = sealed,
+            Err(at) => self.0.insert(at, (owner, sealed)),
+        }
+    }
+
+    fn remove(&mut self, owner: &str) {
+        self.0.retain(|(o, _)| o != owner);
+    }
 }
 
-fn save_closes(
-    conn: &Connection,
-    url: &str,
-    closes: &std::collections::BTreeMap<String, String>,
-) -> Result<(), EngineError> {
+fn pending_closes(conn: &Connection, url: &str) -> Result<Closes, EngineError> {
+    let Some(text) = system::meta_get(conn, &format!("pending_close:{url}"))? else { return Ok(Closes::default()) };
+    let corrupt = |why: String| EngineError::from(StoreError::Corrupt(format!("pending closes of {url}: {why}")));
+    let Json::Object(members) = parse_json(&text).map_err(|e| corrupt(e.to_string()))? else {
+        return Err(corrupt("not a JSON object".into()));
+    };
+    let mut closes = Closes::default();
+    for (owner, sealed) in members {
+        match (owner.as_str(), sealed.as_str()) {
+            (Some(o), Some(t)) => closes.insert(o.to_owned(), t.to_owned()),
+            _ => return Err(corrupt("an entry is not a pair of strings".into())),
+        }
+    }
+    Ok(closes)
+}
+
+fn save_closes(conn: &Connection, url: &str, closes: &Closes) -> Result<(), EngineError> {
     let key = format!("pending_close:{url}");
     if closes.is_empty() {
         system::meta_delete(conn, &key)?;
     } else {
-        system::meta_set(conn, &key, &serde_json::to_string(closes).expect("maps serialize"))?;
+        let object = Json::object(closes.0.iter().map(|(o, t)| (o.as_str(), Json::from(t.as_str()))));
+        system::meta_set(conn, &key, &to_canonical_json(&object))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn db() -> Connection {
+        let conn = crate::store::open_memory().unwrap();
+        system::create_system_tables(&conn).unwrap();
+        conn
+    }
+
+    #[test]
+    fn queued_closes_keep_the_stored_form_earlier_versions_wrote_and_read() {
+        let conn = db();
+        // As serde_json wrote a map of owner → sealed token.
+        system::meta_set(&conn, "pending_close:https://r", r#"{"ownerB":"tb","ownerA":"ta"}"#).unwrap();
+        let mut closes = pending_closes(&conn, "https://r").unwrap();
+        assert_eq!(closes.0, [("ownerA".into(), "ta".into()), ("ownerB".into(), "tb".into())]);
+        closes.insert("ownerC".into(), "tc".into());
+        closes.insert("ownerA".into(), "ta2".into());
+        closes.remove("ownerB");
+        save_closes(&conn, "https://r", &closes).unwrap();
+        let text = system::meta_get(&conn, "pending_close:https://r").unwrap().unwrap();
+        assert_eq!(text, r#"{"ownerA":"ta2","ownerC":"tc"}"#);
+        closes.remove("ownerA");
+        closes.remove("ownerC");
+        save_closes(&conn, "https://r", &closes).unwrap();
+        assert_eq!(system::meta_get(&conn, "pending_close:https://r").unwrap(), None, "an empty queue is no row");
+        assert!(pending_closes(&conn, "https://r").unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_queue_of_closes_that_is_not_an_object_of_strings_is_named_corrupt() {
+        let conn = db();
+        for bad in ["[1]", r#"{"ownerA":1}"#, "{", "\"x\""] {
+            system::meta_set(&conn, "pending_close:https://r", bad).unwrap();
+            let err = pending_closes(&conn, "https://r").err().expect(bad).to_string();
+            assert!(err.contains("pending closes of https://r"), "{bad}: {err}");
+        }
+    }
 }
