@@ -228,6 +228,14 @@ impl fmt::Debug for JsonNumber {
     }
 }
 
+/// Sets member `key` of an object's map; a repeated key keeps its last value. Every crate
+/// inserts through this one function: a generic `BTreeMap::insert` is otherwise compiled anew
+/// in each crate that calls it, and the npm package carried one copy per crate.
+#[inline(never)]
+pub fn insert_member(map: &mut BTreeMap<JsonString, Json>, key: JsonString, value: Json) {
+    map.insert(key, value);
+}
+
 /// A JSON value as JavaScript sees it.
 #[derive(Clone, PartialEq)]
 pub enum Json {
@@ -262,7 +270,7 @@ impl Json {
         // and its stable sort is instantiated anew for every iterator type (~6 KB of wasm each).
         let mut map = BTreeMap::new();
         for (k, v) in pairs {
-            map.insert(k.into(), v);
+            insert_member(&mut map, k.into(), v);
         }
         Json::Object(map)
     }

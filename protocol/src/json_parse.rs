@@ -126,7 +126,7 @@ impl Parser<'_> {
                     self.i += 1;
                     self.skip_ws();
                     let v = self.value(depth + 1)?;
-                    map.insert(key, v);
+                    crate::json::insert_member(&mut map, key, v);
                     self.skip_ws();
                     match self.b.get(self.i) {
                         Some(b',') => self.i += 1,

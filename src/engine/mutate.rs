@@ -17,7 +17,7 @@ use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
 use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
 use crate::protocol::canonical::{to_canonical_json, write_str_literal};
-use crate::protocol::json::JsonString;
+use crate::protocol::json::{insert_member, JsonString};
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
 use crate::store::{outbox, system, StoreError};
@@ -171,7 +171,7 @@ impl WrittenRows<'_> {
 pub(crate) fn payload_json(schema_version: u32, table: &Table, row: &RowData) -> String {
     let mut cols: BTreeMap<JsonString, Json> = BTreeMap::new();
     for (c, v) in table.columns.iter().zip(&row.values) {
-        cols.insert(c.name.as_str().into(), from_sql(c.column_type, v.into()));
+        insert_member(&mut cols, c.name.as_str().into(), from_sql(c.column_type, v.into()));
     }
     let payload = Json::object([
         ("schemaVersion", Json::from(schema_version)),

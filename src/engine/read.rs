@@ -6,7 +6,7 @@ use super::mutate::row_json;
 use super::sorted;
 use super::values::{dynamic_from_sql, param_to_sql, to_sql};
 use super::{Engine, EngineError};
-use crate::protocol::json::JsonString;
+use crate::protocol::json::{insert_member, JsonString};
 use crate::protocol::Json;
 use crate::store::rows;
 
@@ -102,7 +102,7 @@ impl Engine {
             let mut obj = std::collections::BTreeMap::new();
             for (i, name) in names.iter().enumerate() {
                 let v = r.get_ref(i).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
-                obj.insert(JsonString::from(name.as_str()), dynamic_from_sql(v));
+                insert_member(&mut obj, JsonString::from(name.as_str()), dynamic_from_sql(v));
             }
             out.push(Json::Object(obj));
         }

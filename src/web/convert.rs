@@ -8,7 +8,7 @@ use js_sys::{Array, JsString, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::protocol::canonical::write_canonical_json;
-use crate::protocol::json::JsonString;
+use crate::protocol::json::{insert_member, JsonString};
 use crate::protocol::Json;
 
 const MAX_DEPTH: usize = 128;
@@ -87,7 +87,7 @@ fn convert(v: &JsValue, path: &Path<'_>, depth: usize) -> Result<Json, String> {
             }
             let k = js_string(&key);
             let child = convert(&value, &Path::Key(path, &k), depth + 1)?;
-            map.insert(k, child);
+            insert_member(&mut map, k, child);
         }
         return Ok(Json::Object(map));
     }

@@ -57,3 +57,9 @@ fn an_object_built_from_pairs_keeps_the_last_value_of_a_repeated_key_in_key_orde
     assert_eq!(to_canonical_json(&from_serde), r#"{"x":null,"z":[1,{"y":true}]}"#);
     assert_eq!(from_serde.to_serde(), serde_json::json!({"x": null, "z": [1, {"y": true}]}));
 }
+
+#[test]
+fn a_parsed_object_keeps_the_last_value_of_a_repeated_key_as_json_parse_does() {
+    let v = parse_json(r#"{"b":1,"a":{"x":1,"x":[2]},"b":"last","c":null}"#).unwrap();
+    assert_eq!(to_canonical_json(&v), r#"{"a":{"x":[2]},"b":"last","c":null}"#);
+}
