@@ -20,7 +20,6 @@
 //! PROTOCOL.md ("IndexedDB storage").
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 
 use js_sys::{Array, Function, Promise, Reflect, Uint8Array};
@@ -32,6 +31,7 @@ use sqlite_wasm_rs::vfs::{
 use wasm_bindgen::{JsCast, JsValue};
 use wasm_bindgen_futures::JsFuture;
 
+use super::dirty_pages::DirtyPages;
 use super::StoreError;
 
 /// The VFS name.
@@ -43,7 +43,7 @@ struct Mirror {
     page_size: usize,
     size: u64,
     /// Page index → generation of its last write (a flush clears only what it wrote).
-    dirty: BTreeMap<u64, u64>,
+    dirty: DirtyPages,
     /// The size changed since the last flush.
     resized: bool,
     generation: u64,
@@ -55,7 +55,7 @@ impl Mirror {
             data: MemChunksFile::new(page_size),
             page_size,
             size: 0,
-            dirty: BTreeMap::new(),
+            dirty: DirtyPages::default(),
             resized: false,
             generation: 0,
         }
@@ -133,7 +133,7 @@ impl VfsFile for Handle {
                 let (gen, page) = (m.generation, m.page_size as u64);
                 let end = offset + buf.len() as u64;
                 for index in offset / page..end.div_ceil(page) {
-                    m.dirty.insert(index, gen);
+                    m.dirty.mark(index, gen);
                 }
                 if end > m.size {
                     m.size = end;
@@ -154,7 +154,7 @@ impl VfsFile for Handle {
                     m.size = size;
                     m.resized = true;
                     let page = m.page_size as u64;
-                    m.dirty.retain(|&i, _| i * page < size);
+                    m.dirty.keep_first(size.div_ceil(page) as usize);
                 }
                 Ok(())
             }
@@ -402,7 +402,7 @@ pub async fn flush(pages: &PageStore, name: &str) -> Result<(), StoreError> {
         }
         let page = m.page_size;
         let batch = Array::new();
-        let taken: Vec<(u64, u64)> = m.dirty.iter().map(|(&i, &g)| (i, g)).collect();
+        let taken = m.dirty.list();
         for &(index, _) in &taken {
             let start = index * page as u64;
             if start >= m.size {
@@ -428,9 +428,7 @@ pub async fn flush(pages: &PageStore, name: &str) -> Result<(), StoreError> {
     match result {
         Ok(()) => {
             for (index, gen) in taken {
-                if m.dirty.get(&index) == Some(&gen) {
-                    m.dirty.remove(&index);
-                }
+                m.dirty.clear_if(index, gen);
             }
             Ok(())
         }

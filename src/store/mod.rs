@@ -4,6 +4,9 @@
 use rusqlite::Connection;
 
 pub mod coalesce;
+// Used by the IndexedDB VFS (browser only); its tests run natively too.
+#[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
+mod dirty_pages;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
 pub mod inbox;
