@@ -495,3 +495,24 @@ async fn an_event_sealed_under_another_key_is_listed_as_quarantined_with_its_id_
     assert!(get(&h, "at").as_f64().unwrap() > 1.7e12, "a time in ms");
     assert_eq!(Array::from(&e.deferred().unwrap()).length(), 0);
 }
+
+#[wasm_bindgen_test]
+async fn queries_in_the_browser_have_the_json_date_and_window_functions_the_readme_lists() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("sql"), &[], false)).await.unwrap();
+    e.insert("todos".into(), js(r#"{"id": "a", "title": "x", "meta": {"n": 2}}"#)).unwrap();
+    e.insert("todos".into(), js(r#"{"id": "b", "title": "y", "meta": {"n": 5}}"#)).unwrap();
+    let sql = "SELECT id, json_extract(meta, '$.n') AS n, date('2026-12-04T10:00:00Z', '+1 day') AS d,
+                      row_number() OVER (ORDER BY id DESC) AS r FROM todos ORDER BY id";
+    let rows: Array = e.query(sql.into(), JsValue::NULL).unwrap().unchecked_into();
+    let row = |i: u32, k: &str| get(&rows.get(i), k);
+    assert_eq!(
+        (row(0, "id"), row(0, "n"), row(0, "d"), row(0, "r")),
+        ("a".into(), 2.into(), "2026-12-05".into(), 2.into())
+    );
+    assert_eq!((row(1, "id"), row(1, "n"), row(1, "r")), ("b".into(), 5.into(), 1.into()));
+    // What the README says the browser build leaves out is refused with a named error.
+    let err = e.query("SELECT sqrt(4) AS s".into(), JsValue::NULL).unwrap_err();
+    let message = get(&err, "message").as_string().unwrap();
+    assert!(message.contains("sqrt"), "{message}");
+}
