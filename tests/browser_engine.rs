@@ -439,7 +439,7 @@ async fn a_js_argument_of_the_wrong_shape_is_refused_with_an_error_naming_it() {
 
     let err = decrypt_envelope_js(&id, js(r#"{"version": "one"}"#)).unwrap_err();
     assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
-    assert!(message(&err).starts_with("envelope: invalid type: string \"one\""), "{}", message(&err));
+    assert_eq!(message(&err), "envelope.version: expected a whole number of at least 0, got a string");
 
     // Not JSON data at all: named by its path before any field is read.
     let opts = options(&unique("nan"), &[], false);

@@ -14,6 +14,8 @@ use super::canonical::write_str_literal;
 use super::entropy::{random_bytes, Entropy, EntropyError};
 use super::envelope::{open, seal, NONCE_LEN, TAG_LEN};
 use super::identity::{sha256_base64url, Identity};
+use super::json::Json;
+use super::json_fields::{read_items, FieldError, Fields, FromJson};
 
 /// Default plaintext chunk size: 256 KiB.
 pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
@@ -58,6 +60,30 @@ pub struct BlobManifest {
     pub sha256: String,
     /// ISO-8601 creation time.
     pub created_at: String,
+}
+
+impl FromJson for BlobChunkRef {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(BlobChunkRef { hash: f.string("hash")?, size: f.u64("size")?, plaintext_size: f.u64("plaintextSize")? })
+    }
+}
+
+impl FromJson for BlobManifest {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(BlobManifest {
+            version: f.u32("version")?,
+            owner_id: f.string("ownerId")?,
+            blob_id: f.string("blobId")?,
+            mime_type: f.string("mimeType")?,
+            byte_size: f.u64("byteSize")?,
+            chunk_size: f.u64("chunkSize")?,
+            chunks: read_items(f.array("chunks")?, &format!("{path}.chunks"))?,
+            sha256: f.string("sha256")?,
+            created_at: f.string("createdAt")?,
+        })
+    }
 }
 
 /// One encrypted chunk ready for `PUT /v1/blobs/:hash`.

@@ -43,13 +43,75 @@ pub fn parse_json_bytes(bytes: &[u8]) -> Result<Json, JsonParseError> {
     parse_json(text)
 }
 
+/// One item of a listing's array (see [`parse_listing`]): its text exactly as it came, and its
+/// members in text order when it is an object (a repeated key appears each time), else the
+/// value itself.
+#[derive(Debug)]
+pub struct ListItem<'a> {
+    /// The item's JSON text, as it is in the input.
+    pub text: &'a str,
+    /// Its members, if it is an object; otherwise the parsed value.
+    pub members: Result<Vec<(JsonString, Json)>, Json>,
+}
+
+/// Parses a JSON text that is an object holding a long array under `key` — a pull page's
+/// `events` — without a tree per item: each item keeps its raw text and, when it is an object,
+/// its members as a list a reader can move values out of. The other members come back as a
+/// tree (without `key`), and `None` for the items when the text is not an object or `key` is
+/// not an array. The same acceptance as [`parse_json`]; like `JSON.parse`, the last of
+/// repeated keys counts.
+#[allow(clippy::type_complexity)]
+pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec<ListItem<'a>>>), JsonParseError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| JsonParseError { offset: e.valid_up_to(), reason: "input is not UTF-8" })?;
+    let mut p = Parser { b: text.as_bytes(), i: 0, text };
+    p.skip_ws();
+    if p.b.get(p.i) != Some(&b'{') {
+        return parse_json(text).map(|v| (v, None));
+    }
+    p.i += 1;
+    let (mut map, mut items) = (BTreeMap::new(), None);
+    p.skip_ws();
+    if p.b.get(p.i) == Some(&b'}') {
+        p.i += 1;
+    } else {
+        loop {
+            let k = p.member_key()?;
+            if k.as_wtf8() == key.as_bytes() && p.b.get(p.i) == Some(&b'[') {
+                items = Some(p.items(1)?);
+                map.remove(&k);
+            } else {
+                let v = p.value(1)?;
+                if k.as_wtf8() == key.as_bytes() {
+                    items = None;
+                }
+                crate::json::insert_member(&mut map, k, v);
+            }
+            p.skip_ws();
+            match p.b.get(p.i) {
+                Some(b',') => p.i += 1,
+                Some(b'}') => {
+                    p.i += 1;
+                    break;
+                }
+                _ => return Err(p.err("expected ',' or '}'")),
+            }
+        }
+    }
+    p.skip_ws();
+    if p.i != p.b.len() {
+        return Err(p.err("unexpected data after the JSON value"));
+    }
+    Ok((Json::Object(map), items))
+}
+
 struct Parser<'a> {
     b: &'a [u8],
     i: usize,
     text: &'a str,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn err(&self, reason: &'static str) -> JsonParseError {
         JsonParseError { offset: self.i, reason }
     }
@@ -114,17 +176,7 @@ impl Parser<'_> {
                     return Ok(Json::Object(map));
                 }
                 loop {
-                    self.skip_ws();
-                    if self.b.get(self.i) != Some(&b'"') {
-                        return Err(self.err("expected a string key"));
-                    }
-                    let key = self.string()?;
-                    self.skip_ws();
-                    if self.b.get(self.i) != Some(&b':') {
-                        return Err(self.err("expected ':'"));
-                    }
-                    self.i += 1;
-                    self.skip_ws();
+                    let key = self.member_key()?;
                     let v = self.value(depth + 1)?;
                     crate::json::insert_member(&mut map, key, v);
                     self.skip_ws();
@@ -139,6 +191,78 @@ impl Parser<'_> {
                 }
             }
             Some(_) => Err(self.err("unexpected character")),
+        }
+    }
+
+    /// A member's key and the `:` after it, leaving the parser at its value.
+    fn member_key(&mut self) -> Result<JsonString, JsonParseError> {
+        self.skip_ws();
+        if self.b.get(self.i) != Some(&b'"') {
+            return Err(self.err("expected a string key"));
+        }
+        let key = self.string()?;
+        self.skip_ws();
+        if self.b.get(self.i) != Some(&b':') {
+            return Err(self.err("expected ':'"));
+        }
+        self.i += 1;
+        self.skip_ws();
+        Ok(key)
+    }
+
+    /// The items of the array at the parser (at `depth`), each with its text.
+    fn items(&mut self, depth: usize) -> Result<Vec<ListItem<'a>>, JsonParseError> {
+        self.i += 1;
+        let mut items = Vec::new();
+        self.skip_ws();
+        if self.b.get(self.i) == Some(&b']') {
+            self.i += 1;
+            return Ok(items);
+        }
+        loop {
+            self.skip_ws();
+            let start = self.i;
+            let members = match self.b.get(self.i) {
+                Some(b'{') => Ok(self.members(depth + 1)?),
+                _ => Err(self.value(depth + 1)?),
+            };
+            items.push(ListItem { text: &self.text[start..self.i], members });
+            self.skip_ws();
+            match self.b.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b']') => {
+                    self.i += 1;
+                    return Ok(items);
+                }
+                _ => return Err(self.err("expected ',' or ']'")),
+            }
+        }
+    }
+
+    /// The members of the object at the parser (at `depth`), in text order.
+    fn members(&mut self, depth: usize) -> Result<Vec<(JsonString, Json)>, JsonParseError> {
+        if depth >= MAX_DEPTH {
+            return Err(self.err("nesting too deep"));
+        }
+        self.i += 1;
+        let mut members = Vec::new();
+        self.skip_ws();
+        if self.b.get(self.i) == Some(&b'}') {
+            self.i += 1;
+            return Ok(members);
+        }
+        loop {
+            let key = self.member_key()?;
+            members.push((key, self.value(depth + 1)?));
+            self.skip_ws();
+            match self.b.get(self.i) {
+                Some(b',') => self.i += 1,
+                Some(b'}') => {
+                    self.i += 1;
+                    return Ok(members);
+                }
+                _ => return Err(self.err("expected ',' or '}'")),
+            }
         }
     }
 
@@ -283,5 +407,57 @@ mod tests {
         assert_eq!(parse_json(&deep).unwrap_err().reason, "nesting too deep");
         let ok = "[".repeat(MAX_DEPTH) + &"]".repeat(MAX_DEPTH);
         assert!(parse_json(&ok).is_ok());
+    }
+
+    fn listing(text: &str) -> (Json, Option<Vec<(String, bool)>>) {
+        let (rest, items) = parse_listing(text.as_bytes(), "events").unwrap();
+        (rest, items.map(|items| items.into_iter().map(|i| (i.text.to_owned(), i.members.is_ok())).collect()))
+    }
+
+    #[test]
+    fn a_listing_keeps_each_item_as_its_text_and_the_rest_as_a_tree() {
+        let (rest, items) = listing(" {\"events\" : [ {\"a\" : 1} ,[2], \"x\",{}], \"nextCursor\": \"9\" } ");
+        assert_eq!(to_canonical_json(&rest), r#"{"nextCursor":"9"}"#);
+        let items = items.unwrap();
+        assert_eq!(
+            items,
+            [("{\"a\" : 1}".into(), true), ("[2]".into(), false), ("\"x\"".into(), false), ("{}".into(), true)]
+        );
+        let (_, items) = parse_listing(br#"{"events":[{"k":1,"k":2,"j":{"n":[true]}}]}"#, "events").unwrap();
+        let members = items.unwrap().pop().unwrap().members.unwrap();
+        let keys: Vec<_> = members.iter().map(|(k, v)| (k.to_string_lossy(), to_canonical_json(v))).collect();
+        assert_eq!(keys, [("k".into(), "1".into()), ("k".into(), "2".into()), ("j".into(), r#"{"n":[true]}"#.into())]);
+    }
+
+    #[test]
+    fn a_listing_follows_the_last_of_a_repeated_key_and_has_no_items_when_it_is_not_an_array() {
+        assert_eq!(listing(r#"{"events":[1],"events":[2,3]}"#).1.unwrap().len(), 2);
+        let (rest, items) = listing(r#"{"events":[1],"events":5}"#);
+        assert_eq!((to_canonical_json(&rest), items), (r#"{"events":5}"#.into(), None));
+        let (rest, items) = listing(r#"{"events":5,"events":[]}"#);
+        assert_eq!((to_canonical_json(&rest), items), ("{}".into(), Some(vec![])));
+        assert_eq!(listing("[1]"), (parse_json("[1]").unwrap(), None));
+        assert_eq!(listing("{}"), (parse_json("{}").unwrap(), None));
+    }
+
+    #[test]
+    fn a_listing_refuses_what_json_parse_refuses() {
+        for bad in [
+            r#"{"events":[1,]}"#,
+            r#"{"events":[{"a"}]}"#,
+            r#"{"events":[]} x"#,
+            r#"{"events":[{"a":1,}]}"#,
+            "{\"events\":[\"\u{1}\"]}",
+            "",
+            "{",
+        ] {
+            assert!(parse_listing(bad.as_bytes(), "events").is_err(), "{bad}");
+            assert!(parse_json(bad).is_err(), "{bad}");
+        }
+        assert!(parse_listing(&[b'{', 0xff, b'}'], "events").is_err());
+        let deep = format!(r#"{{"events":[{}1{}]}}"#, "[".repeat(MAX_DEPTH), "]".repeat(MAX_DEPTH));
+        assert_eq!(parse_listing(deep.as_bytes(), "events").unwrap_err().reason, "nesting too deep");
+        let deep = format!(r#"{{"events":[{}]}}"#, r#"{"a":"#.repeat(MAX_DEPTH) + "1" + &"}".repeat(MAX_DEPTH));
+        assert_eq!(parse_listing(deep.as_bytes(), "events").unwrap_err().reason, "nesting too deep");
     }
 }

@@ -19,12 +19,14 @@ pub mod envelope;
 pub mod hlc;
 pub mod identity;
 pub mod json;
+pub mod json_fields;
 pub mod json_parse;
 pub mod payload;
 mod scan;
 pub mod sealed_box;
 pub mod time;
 pub mod wire;
+mod wire_read;
 
 pub use blob::{
     decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_with_id, BlobError, BlobManifest, BlobOptions,

@@ -14,6 +14,7 @@ use super::values::to_sql;
 use super::{Engine, EngineError};
 use crate::protocol::envelope::decrypt_envelope_bytes;
 use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
+use crate::protocol::json_fields::read_json;
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
@@ -245,7 +246,7 @@ impl Engine {
             let mut changes = Vec::new();
             let mut run = ApplyRun::new(tx)?;
             for held in &due {
-                let Ok(env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else {
+                let Ok(env) = read_json::<SyncEnvelope>(held.envelope_json.as_bytes(), "envelope") else {
                     inbox::undefer(tx, &held.event_id)?;
                     continue;
                 };
@@ -276,7 +277,7 @@ impl Engine {
             let (mut released, mut changes) = (0, Vec::new());
             let mut run = ApplyRun::new(tx)?;
             for h in &held {
-                let Ok(env) = serde_json::from_str::<SyncEnvelope>(&h.envelope_json) else { continue };
+                let Ok(env) = read_json::<SyncEnvelope>(h.envelope_json.as_bytes(), "envelope") else { continue };
                 // Process as if new: a fresh quarantine entry replaces the old one.
                 match self.process(&mut run, &identity, &h.relay, &env, true, now)? {
                     Outcome::Applied(c) => {

@@ -17,6 +17,7 @@ use super::sync::{PassError, RelayPassReport};
 use super::values::to_sql;
 use super::{Engine, EngineError};
 use crate::protocol::blob::{BlobManifest, BlobOptions, EncryptedBlob};
+use crate::protocol::json_fields::FromJson;
 use crate::protocol::time::iso8601_from_ms;
 use crate::protocol::{decrypt_blob_chunk, encrypt_blob, Identity, Json};
 use crate::store::rows::{self, RowData};
@@ -80,17 +81,9 @@ impl Engine {
         let row = rows::read_row(&self.db.borrow(), table, blob_id)?
             .filter(|r| !r.deleted)
             .ok_or_else(|| EngineError::BlobNotFound(blob_id.into()))?;
-        let fields = match row_json(table, &row) {
-            Json::Object(o) => {
-                Json::object(o.into_iter().filter(|(k, _)| !matches!(k.as_str(), Some("id" | "updatedAt" | "deleted"))))
-            }
-            other => other,
-        };
-        // From the text, not a value: the manifest then has one deserializer (the one JS
-        // arguments and the wire use too) instead of a second one for `serde_json::Value`.
-        serde_json::from_str(&crate::protocol::canonical::to_canonical_json(&fields)).map_err(|e| {
-            EngineError::Blob(crate::protocol::BlobError::InvalidManifest(format!("blob row {blob_id}: {e}")))
-        })
+        // The row's `id`, `updatedAt` and `deleted` are not manifest fields: the reader skips them.
+        BlobManifest::from_json(&row_json(table, &row), &format!("blob row {blob_id}"))
+            .map_err(|e| EngineError::Blob(crate::protocol::BlobError::InvalidManifest(e.0)))
     }
 
     /// The stored (encrypted) bytes of chunk `index`: from the local cache, else from the first

@@ -152,7 +152,8 @@ impl std::fmt::Debug for Engine {
 
 /// The schema the database was last opened with, if any (lets tools reopen an app's database).
 pub fn stored_schema(conn: &Connection) -> Result<Option<SchemaDef>, EngineError> {
-    Ok(system::meta_get_if_table(conn, "schema")?.and_then(|s| serde_json::from_str(&s).ok()))
+    Ok(system::meta_get_if_table(conn, "schema")?
+        .and_then(|s| crate::protocol::json_fields::read_json(s.as_bytes(), "schema").ok()))
 }
 
 pub use rekey::stored_wrapped_secret;

@@ -14,8 +14,6 @@ use std::collections::HashSet;
 use std::future::poll_fn;
 use std::task::Poll;
 
-use serde::Deserialize;
-
 use super::apply::{quarantine_reason, ApplyRun, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
 use super::io::LocalFuture;
@@ -23,6 +21,8 @@ use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
 use super::sync::{PassError, RelayPassReport, BATCH};
 use super::Engine;
 use crate::protocol::identity::sha256_base64url;
+use crate::protocol::json_fields::FromJson;
+use crate::protocol::json_parse::ListItem;
 use crate::protocol::SyncEnvelope;
 use crate::store::inbox::{self, HeldEvent, DEFERRED_CAP, QUARANTINE_CAP};
 use crate::store::system;
@@ -52,19 +52,12 @@ fn page_budget(head: u64, cursor: u64, first_page_len: usize) -> u64 {
 
 /// The event id to file a malformed envelope under: its `eventId` if that is a usable string,
 /// else a digest of its text.
-fn malformed_event_id(raw: &str) -> String {
-    #[derive(Deserialize)]
-    struct IdOnly<'a> {
-        #[serde(rename = "eventId", borrow)]
-        event_id: Option<&'a serde_json::value::RawValue>,
-    }
-    let id = serde_json::from_str::<IdOnly>(raw)
-        .ok()
-        .and_then(|o| o.event_id)
-        .and_then(|v| serde_json::from_str::<String>(v.get()).ok());
+fn malformed_event_id(item: &ListItem<'_>) -> String {
+    let members = item.members.as_deref().unwrap_or_default();
+    let id = members.iter().rev().find(|(k, _)| k.as_wtf8() == b"eventId").and_then(|(_, v)| v.as_str());
     match id {
-        Some(id) if !id.is_empty() && id.len() <= 256 => id,
-        _ => format!("malformed:{}", &sha256_base64url(raw.as_bytes())[..22]),
+        Some(id) if !id.is_empty() && id.len() <= 256 => id.to_owned(),
+        _ => format!("malformed:{}", &sha256_base64url(item.text.as_bytes())[..22]),
     }
 }
 
@@ -155,7 +148,7 @@ impl Engine {
                 PullAnswer::NotFound(resp) => return self.unknown_owner(&api, &cursor, &resp).await,
                 PullAnswer::Page(resp) => resp,
             };
-            let page = PullAnswer::parse(&resp)?;
+            let mut page = PullAnswer::parse(&resp)?;
             report.timings.parse_ms += clock.precise_ms() - t1;
             if let (Some(stored), Some(epoch)) = (&stored_epoch, &page.epoch) {
                 if stored != epoch {
@@ -218,14 +211,17 @@ impl Engine {
             let (changes, stats) = self.write(|tx| {
                 let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
                 let mut run = ApplyRun::new(tx)?;
-                for raw in &page.events {
-                    let outcome = match serde_json::from_str::<SyncEnvelope>(raw.get()) {
+                for item in &mut page.events {
+                    let read = match &mut item.members {
+                        Ok(members) => SyncEnvelope::from_members(members, "envelope"),
+                        Err(value) => SyncEnvelope::from_json(value, "envelope"),
+                    };
+                    let outcome = match read {
                         Ok(env) => self.process(&mut run, &identity, url, &env, false, now)?,
                         Err(e) => {
-                            let text = raw.get();
-                            let kept: String = text.chars().take(MAX_MALFORMED_KEPT).collect();
+                            let kept: String = item.text.chars().take(MAX_MALFORMED_KEPT).collect();
                             let held = HeldEvent {
-                                event_id: malformed_event_id(text),
+                                event_id: malformed_event_id(item),
                                 relay: url.to_owned(),
                                 detail: format!("not an envelope: {e}"),
                                 envelope_json: kept,
@@ -374,7 +370,16 @@ mod tests {
 
     #[test]
     fn a_malformed_envelope_is_filed_under_its_event_id_or_a_digest() {
+        let malformed_event_id = |text: &str| {
+            let page = format!(r#"{{"events": [{text}]}}"#);
+            let (_, items) = crate::protocol::json_parse::parse_listing(page.as_bytes(), "events").unwrap();
+            let item = &items.unwrap()[0];
+            assert_eq!(item.text, text, "the item's text as it came");
+            super::malformed_event_id(item)
+        };
         assert_eq!(malformed_event_id(r#"{"eventId":"e1","version":"x"}"#), "e1");
+        assert_eq!(malformed_event_id(r#"{"eventId":"e1", "eventId": "e2"}"#), "e2", "the last of a repeated key");
+        assert_eq!(malformed_event_id(r#"{ "eventId" : "e\u0031" }"#), "e1", "escapes decoded");
         let a = malformed_event_id(r#"{"eventId":5}"#);
         assert!(a.starts_with("malformed:") && a.len() == "malformed:".len() + 22, "{a}");
         assert_ne!(a, malformed_event_id(r#"{"eventId":6}"#));

@@ -16,13 +16,14 @@
 //! `OWNER_MISMATCH`. Blobs keep their ids (rows that refer to them stay valid).
 
 use rusqlite::Connection;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use super::schema::BLOB_TABLE;
 use super::sync::{PassError, SyncReport, SyncTrigger};
 use super::{Engine, EngineError, Keys};
 use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::envelope::{decrypt_envelope_bytes, encrypt_plaintext, EventMeta};
+use crate::protocol::json_fields::{read_json, FieldError, Fields, FromJson};
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::sealed_box::{open_value, seal_value};
 use crate::protocol::{
@@ -38,7 +39,7 @@ pub(crate) const WRAPPED_SECRET_KEY: &str = "wrapped_secret";
 /// A re-key waiting for confirmation: both owners, and each secret sealed under the other
 /// owner's data key (so either secret can finish or undo it, and neither is at rest in
 /// plaintext).
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct Handover {
     from: String,
@@ -47,6 +48,18 @@ pub(crate) struct Handover {
     from_secret: String,
     /// The new secret, sealed under the old owner's data key.
     to_secret: String,
+}
+
+impl FromJson for Handover {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(Handover {
+            from: f.string("from")?,
+            to: f.string("to")?,
+            from_secret: f.string("fromSecret")?,
+            to_secret: f.string("toSecret")?,
+        })
+    }
 }
 
 fn secret_aad(which: &str, h_from: &str, h_to: &str) -> String {
@@ -60,7 +73,7 @@ fn close_aad(owner_id: &str) -> String {
 impl Handover {
     pub(crate) fn load(conn: &Connection) -> Result<Option<Handover>, EngineError> {
         let Some(text) = system::meta_get(conn, HANDOVER_KEY)? else { return Ok(None) };
-        serde_json::from_str(&text)
+        read_json(text.as_bytes(), "hand-over")
             .map(Some)
             .map_err(|e| StoreError::Corrupt(format!("the re-key hand-over record is unreadable: {e}")).into())
     }
@@ -317,7 +330,7 @@ impl Engine {
         system::meta_set(tx, "owner_id", to.owner_id())?;
         let mut rng = self.rng.borrow_mut();
         for held in inbox::all_deferred(tx)? {
-            let Ok(env) = serde_json::from_str::<SyncEnvelope>(&held.envelope_json) else { continue };
+            let Ok(env) = read_json::<SyncEnvelope>(held.envelope_json.as_bytes(), "envelope") else { continue };
             let Ok(plain) = decrypt_envelope_bytes(from, &env) else { continue };
             let json = parse_json_bytes(&plain).ok();
             let field = |k: &str| json.as_ref().and_then(|j| j.get(k)).and_then(|v| v.as_str().map(str::to_owned));
@@ -496,5 +509,16 @@ mod tests {
             let err = pending_closes(&conn, "https://r").err().expect(bad).to_string();
             assert!(err.contains("pending closes of https://r"), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn a_hand_over_reads_back_as_stored_and_a_broken_one_is_named_corrupt() {
+        let conn = db();
+        let h = Handover { from: "A".into(), to: "B".into(), from_secret: "sa".into(), to_secret: "sb".into() };
+        system::meta_set(&conn, HANDOVER_KEY, &serde_json::to_string(&h).unwrap()).unwrap();
+        assert_eq!(Handover::load(&conn).unwrap(), Some(h));
+        system::meta_set(&conn, HANDOVER_KEY, r#"{"from":"A","to":"B","fromSecret":"sa"}"#).unwrap();
+        let err = Handover::load(&conn).unwrap_err().to_string();
+        assert!(err.contains("hand-over record is unreadable") && err.contains("missing field `toSecret`"), "{err}");
     }
 }

@@ -2,12 +2,10 @@
 //! [`Transport`](super::io::Transport), and turns the answer into a value or a
 //! [`RelayFailure`] (status, error code and message) that the failure policy classifies.
 
-use serde::de::DeserializeOwned;
-use serde::Deserialize;
-use serde_json::value::RawValue;
-
 use super::io::{HttpRequest, HttpResponse, Method, Transport};
 use crate::protocol::canonical::write_str_literal;
+use crate::protocol::json_fields::{read_json, FieldError, Fields, FromJson};
+use crate::protocol::json_parse::{parse_listing, ListItem};
 use crate::protocol::wire::{
     CloseResponse, CompactRequest, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse,
     WaitResponse,
@@ -82,7 +80,7 @@ impl RelayFailure {
 
 /// The relay's JSON error body, if the answer carries one.
 pub fn error_body(resp: &HttpResponse) -> Option<ErrorBody> {
-    serde_json::from_slice::<ErrorBody>(&resp.body).ok()
+    read_json::<ErrorBody>(&resp.body, "error body").ok()
 }
 
 fn failure(resp: &HttpResponse) -> RelayFailure {
@@ -98,27 +96,42 @@ fn failure(resp: &HttpResponse) -> RelayFailure {
     }
 }
 
-fn parse<T: DeserializeOwned>(resp: &HttpResponse) -> Result<T, RelayFailure> {
-    serde_json::from_slice(&resp.body)
+fn parse<T: FromJson>(resp: &HttpResponse) -> Result<T, RelayFailure> {
+    read_json(&resp.body, "answer")
         .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
 }
 
-/// A pull page with its events still as raw JSON, so one malformed envelope can be set apart
-/// while the rest of the page applies.
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RawPullPage<'a> {
-    /// The envelopes, unparsed.
-    #[serde(borrow)]
-    pub events: Vec<&'a RawValue>,
+/// A pull page with its envelopes not yet read as envelopes: each keeps its text and its
+/// members, so one malformed envelope can be set apart (its text kept) while the rest of the
+/// page applies, and the rest are read without a JSON tree each.
+#[derive(Debug)]
+pub struct PullPage<'a> {
+    /// The envelopes, unread.
+    pub events: Vec<ListItem<'a>>,
     /// Where the next page starts (opaque).
     pub next_cursor: String,
     /// *Additive*: the relay database's epoch.
-    #[serde(default)]
     pub epoch: Option<String>,
     /// *Additive*: the owner's head seq.
-    #[serde(default)]
     pub head_seq: Option<u64>,
+}
+
+impl PullPage<'_> {
+    /// Reads a page from a pull's JSON body.
+    fn read(body: &[u8]) -> Result<PullPage<'_>, FieldError> {
+        let (page, events) = parse_listing(body, "events").map_err(|e| FieldError(format!("answer: {e}")))?;
+        let f = Fields::of(&page, "answer")?;
+        let Some(events) = events else {
+            // Not an array: `events` is missing or of another type (arrays are the listing's).
+            return Err(f.array("events").err().unwrap_or_else(|| FieldError("answer: missing field `events`".into())));
+        };
+        Ok(PullPage {
+            events,
+            next_cursor: f.string("nextCursor")?,
+            epoch: f.opt_string("epoch")?,
+            head_seq: f.opt_u64("headSeq")?,
+        })
+    }
 }
 
 /// The answer to a pull.
@@ -133,14 +146,10 @@ pub enum PullAnswer {
 
 impl PullAnswer {
     /// Parses a page's body.
-    pub fn parse(resp: &HttpResponse) -> Result<RawPullPage<'_>, RelayFailure> {
-        parse_borrowed(resp)
+    pub fn parse(resp: &HttpResponse) -> Result<PullPage<'_>, RelayFailure> {
+        PullPage::read(&resp.body)
+            .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
     }
-}
-
-fn parse_borrowed<'a, T: Deserialize<'a>>(resp: &'a HttpResponse) -> Result<T, RelayFailure> {
-    serde_json::from_slice(&resp.body)
-        .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
 }
 
 /// One relay, as one owner.
@@ -247,7 +256,7 @@ impl<'a> RelayApi<'a> {
     /// `GET /health`: whether the relay answers it with 200 and its JSON.
     pub async fn health(&self) -> Result<bool, RelayFailure> {
         let resp = self.call(Method::Get, "/health", None).await?;
-        Ok(resp.status == 200 && serde_json::from_slice::<HealthResponse>(&resp.body).is_ok_and(|h| h.ok))
+        Ok(resp.status == 200 && read_json::<HealthResponse>(&resp.body, "answer").is_ok_and(|h| h.ok))
     }
 
     /// `GET /health`'s answer, parsed; an answer that is not the relay's JSON is a failure.

@@ -11,6 +11,7 @@ use rusqlite::Connection;
 
 use super::relay::{relay_keys, RelayRuntime};
 use super::{validate_relay_url, Engine, EngineError};
+use crate::protocol::json_fields::read_json;
 use crate::store::{outbox, set_aside, system};
 
 /// Validates relay URLs and drops repeats (keeping the first).
@@ -26,7 +27,7 @@ pub(crate) fn normalize(urls: &[String]) -> Result<Vec<String>, EngineError> {
 }
 
 fn read_list(conn: &Connection, key: &str) -> Result<Vec<String>, EngineError> {
-    Ok(system::meta_get(conn, key)?.and_then(|t| serde_json::from_str(&t).ok()).unwrap_or_default())
+    Ok(system::meta_get(conn, key)?.and_then(|t| read_json(t.as_bytes(), key).ok()).unwrap_or_default())
 }
 
 fn write_list(conn: &Connection, key: &str, list: &[String]) -> Result<(), EngineError> {
@@ -69,7 +70,7 @@ impl Engine {
                 }
             }
             if let Some(text) = system::meta_get(tx, "relays")? {
-                let before: Vec<String> = serde_json::from_str(&text).unwrap_or_default();
+                let before: Vec<String> = read_json(text.as_bytes(), "relays").unwrap_or_default();
                 for url in before.iter().filter(|u| !set.contains(u)) {
                     forget(tx, url)?;
                 }

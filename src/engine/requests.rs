@@ -5,8 +5,8 @@
 
 use std::future::Future;
 
+use crate::protocol::json_fields::{read_json, FromJson};
 use rusqlite::Connection;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
 use super::{Engine, EngineError};
@@ -62,14 +62,14 @@ impl Engine {
         self.write_request(tx, &id, &text)
     }
 
-    fn replay<T: DeserializeOwned>(&self, id: &str, text: &str) -> Result<T, EngineError> {
-        serde_json::from_str(text).map_err(|e| {
+    fn replay<T: FromJson>(&self, id: &str, text: &str) -> Result<T, EngineError> {
+        read_json(text.as_bytes(), "result").map_err(|e| {
             StoreError::Corrupt(format!("the recorded result of request {id:?} does not read back: {e}")).into()
         })
     }
 
     /// Runs `f` at most once per `request_id` (see the module docs); without an id, just runs it.
-    pub fn once<T: Serialize + DeserializeOwned>(
+    pub fn once<T: Serialize + FromJson>(
         &self,
         request_id: Option<&str>,
         f: impl FnOnce() -> Result<T, EngineError>,

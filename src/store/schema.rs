@@ -6,7 +6,10 @@
 //! (spec, "Extending the protocol"). The table `blob` is the engine's own: it holds blob
 //! manifests and may not be declared by the app.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
+
+use crate::protocol::json_fields::{read_items, wrong_type, FieldError, Fields, FromJson};
+use crate::protocol::Json;
 
 /// The name of the engine-managed table holding blob manifests.
 pub const BLOB_TABLE: &str = "blob";
@@ -15,7 +18,7 @@ pub const BLOB_TABLE: &str = "blob";
 pub const SYSTEM_COLUMNS: [&str; 3] = ["id", "updatedAt", "deleted"];
 
 /// A column's type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub enum ColumnType {
     /// A string (stored as SQLite TEXT).
@@ -29,7 +32,7 @@ pub enum ColumnType {
     /// Any JSON value (stored as its canonical JSON text).
     Json,
     /// A reference to a blob: the `blobId` of a manifest in table `blob`.
-    #[serde(alias = "blobManifest", alias = "blob-manifest")]
+    /// (Also read as `blobManifest` and `blob-manifest`.)
     Blob,
 }
 
@@ -45,7 +48,7 @@ impl ColumnType {
 }
 
 /// One declared column.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ColumnDef {
     /// Column name: a letter or `_`, then letters, digits or `_` (at most 64).
     pub name: String,
@@ -62,7 +65,7 @@ impl ColumnDef {
 }
 
 /// One declared table.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct TableDef {
     /// Table name (same rules as column names).
     pub name: String,
@@ -71,18 +74,58 @@ pub struct TableDef {
 }
 
 /// The schema an app declares.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct SchemaDef {
     /// The payload schema version this app writes and understands (≥ 1).
-    #[serde(default = "one")]
+    /// (1 when missing.)
     pub schema_version: u32,
     /// The app's tables.
     pub tables: Vec<TableDef>,
 }
 
-fn one() -> u32 {
-    1
+impl FromJson for ColumnType {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        const NAMES: &str = "text, integer, real, boolean, json or blob";
+        let name = value.as_str().ok_or_else(|| wrong_type(path, &format!("one of {NAMES}"), value))?;
+        Ok(match name {
+            "text" => ColumnType::Text,
+            "integer" => ColumnType::Integer,
+            "real" => ColumnType::Real,
+            "boolean" => ColumnType::Boolean,
+            "json" => ColumnType::Json,
+            "blob" | "blobManifest" | "blob-manifest" => ColumnType::Blob,
+            other => return Err(FieldError(format!("{path}: unknown column type {other:?}, expected one of {NAMES}"))),
+        })
+    }
+}
+
+impl FromJson for ColumnDef {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        let column_type = match f.get("type") {
+            Some(t) => ColumnType::from_json(t, &format!("{path}.type"))?,
+            None => return Err(FieldError(format!("{path}: missing field `type`"))),
+        };
+        Ok(ColumnDef { name: f.string("name")?, column_type })
+    }
+}
+
+impl FromJson for TableDef {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(TableDef { name: f.string("name")?, columns: read_items(f.array("columns")?, &format!("{path}.columns"))? })
+    }
+}
+
+impl FromJson for SchemaDef {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(SchemaDef {
+            schema_version: f.opt_u32("schemaVersion")?.unwrap_or(1),
+            tables: read_items(f.array("tables")?, &format!("{path}.tables"))?,
+        })
+    }
 }
 
 /// Why a schema declaration was refused.
@@ -382,6 +425,60 @@ mod tests {
         ];
         for d in bad {
             assert!(Schema::new(d.clone()).is_err(), "{d:?}");
+        }
+    }
+
+    fn read(text: &str) -> Result<SchemaDef, String> {
+        crate::protocol::json_fields::read_json(text.as_bytes(), "schema").map_err(|e| e.0)
+    }
+
+    #[test]
+    fn a_schema_reads_back_what_earlier_versions_stored() {
+        let all = vec![
+            ("a", ColumnType::Text),
+            ("b", ColumnType::Integer),
+            ("c", ColumnType::Real),
+            ("d", ColumnType::Boolean),
+            ("e", ColumnType::Json),
+            ("f", ColumnType::Blob),
+        ];
+        let d = SchemaDef { schema_version: 3, ..def(vec![("todos", all), ("empty", vec![])]) };
+        // The stored form is serde's (the meta table's `schema`, a CLI schema file).
+        assert_eq!(read(&serde_json::to_string(&d).unwrap()).unwrap(), d);
+    }
+
+    #[test]
+    fn a_schema_without_a_version_is_version_one_and_blob_columns_have_two_older_names() {
+        let text = r#"{"tables": [{"name": "t", "columns": [{"name": "x", "type": "blobManifest"},
+            {"name": "y", "type": "blob-manifest"}, {"name": "z", "type": "blob", "extra": 1}]}]}"#;
+        let d = read(text).unwrap();
+        assert_eq!(d.schema_version, 1);
+        assert!(d.tables[0].columns.iter().all(|c| c.column_type == ColumnType::Blob));
+        assert_eq!(read(r#"{"schemaVersion": null, "tables": []}"#).unwrap().schema_version, 1);
+    }
+
+    #[test]
+    fn a_malformed_schema_is_refused_naming_the_member() {
+        let cases = [
+            (r#"{"schemaVersion": 1}"#, "schema: missing field `tables`"),
+            (r#"{"tables": [{"columns": []}]}"#, "schema.tables[0]: missing field `name`"),
+            (r#"{"tables": [{"name": "t"}]}"#, "schema.tables[0]: missing field `columns`"),
+            (r#"{"tables": [{"name": "t", "columns": [{"name": "x"}]}]}"#, "schema.tables[0].columns[0]: missing field `type`"),
+            (
+                r#"{"tables": [{"name": "t", "columns": [{"name": "x", "type": "date"}]}]}"#,
+                r#"schema.tables[0].columns[0].type: unknown column type "date", expected one of text, integer, real, boolean, json or blob"#,
+            ),
+            (
+                r#"{"tables": [{"name": "t", "columns": [{"name": "x", "type": 1}]}]}"#,
+                "schema.tables[0].columns[0].type: expected one of text, integer, real, boolean, json or blob, got a number",
+            ),
+            (r#"{"schemaVersion": -1, "tables": []}"#, "schema.schemaVersion: expected a whole number of at least 0, got a number"),
+            (r#"{"schemaVersion": 4294967296, "tables": []}"#, "schema.schemaVersion: expected a whole number of at most 4294967295, got a number"),
+            (r#"{"tables": {}}"#, "schema.tables: expected an array, got an object"),
+            ("[]", "schema: expected an object, got an array"),
+        ];
+        for (text, expected) in cases {
+            assert_eq!(read(text).unwrap_err(), expected, "{text}");
         }
     }
 }

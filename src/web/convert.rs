@@ -9,6 +9,7 @@ use wasm_bindgen::{JsCast, JsValue};
 
 use crate::protocol::canonical::write_canonical_json;
 use crate::protocol::json::{insert_member, JsonString};
+use crate::protocol::json_fields::FromJson;
 use crate::protocol::Json;
 
 const MAX_DEPTH: usize = 128;
@@ -173,16 +174,10 @@ pub fn serde_to_js<T: serde::Serialize>(v: &T) -> JsValue {
     serde_json::to_string(v).ok().and_then(|text| js_sys::JSON::parse(&text).ok()).unwrap_or(JsValue::NULL)
 }
 
-/// Reads a JS argument into a serde type through its JSON text: the value is first checked as
-/// JSON data ([`to_json`]: errors name the path of a function, `Date`, `NaN`…), then read by
-/// `serde_json`, so JS arguments and wire text share one deserializer per type. `path` names
-/// the argument in errors (`options: missing field `relays``).
-pub fn from_js<T: serde::de::DeserializeOwned>(v: &JsValue, path: &str) -> Result<T, String> {
-    let text = crate::protocol::to_canonical_json(&to_json(v, path)?);
-    serde_json::from_str(&text).map_err(|e| {
-        // The position is in text the caller never saw; the rest names what was wrong.
-        let message = e.to_string();
-        let message = message.rsplit_once(" at line ").map_or(message.as_str(), |(m, _)| m);
-        format!("{path}: {message}")
-    })
+/// Reads a JS argument as `T`: the value is first checked as JSON data ([`to_json`]: errors
+/// name the path of a function, `Date`, `NaN`…), then read by `T`'s [`FromJson`], which JS
+/// arguments, stored records and relay answers share. `path` names the argument in errors
+/// (`options: missing field `relays``, `options.syncIntervalMs: expected a number, …`).
+pub fn from_js<T: FromJson>(v: &JsValue, path: &str) -> Result<T, String> {
+    T::from_json(&to_json(v, path)?, path).map_err(|e| e.0)
 }

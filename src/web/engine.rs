@@ -8,8 +8,8 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
+use crate::protocol::json_fields::{read_items, FieldError, Fields, FromJson};
 use js_sys::{Array, Function, Uint8Array};
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{array_to_js, from_js, json_to_js, serde_to_js};
@@ -30,8 +30,6 @@ use crate::store::opfs::open_database;
 /// Default poll interval.
 pub const DEFAULT_SYNC_INTERVAL_MS: u32 = 5000;
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct OpenOptions {
     relays: Vec<String>,
     schema: SchemaDef,
@@ -48,6 +46,28 @@ struct OpenOptions {
     max_blob_bytes: Option<f64>,
     /// Each request's deadline (default 30000 ms).
     request_timeout_ms: Option<f64>,
+}
+
+impl FromJson for OpenOptions {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        let schema = match f.get("schema") {
+            Some(s) => SchemaDef::from_json(s, &format!("{path}.schema"))?,
+            None => return Err(FieldError(format!("{path}: missing field `schema`"))),
+        };
+        Ok(OpenOptions {
+            relays: read_items(f.array("relays")?, &format!("{path}.relays"))?,
+            schema,
+            db_name: f.opt_string("dbName")?,
+            sync_interval_ms: f.opt_u32("syncIntervalMs")?,
+            auto_sync: f.opt_bool("autoSync")?,
+            live: f.opt_bool("live")?,
+            storage: f.opt_string("storage")?,
+            max_event_bytes: f.opt_f64("maxEventBytes")?,
+            max_blob_bytes: f.opt_f64("maxBlobBytes")?,
+            request_timeout_ms: f.opt_f64("requestTimeoutMs")?,
+        })
+    }
 }
 
 /// Reads a whole-number option, or its default.

@@ -2,17 +2,17 @@
 //! returns an opaque `Identity` handle exposing only the public owner id.
 
 use js_sys::{Array, Uint8Array};
-use serde::Deserialize;
 use wasm_bindgen::prelude::*;
 
 use super::convert::{from_js, serde_to_js, to_js, to_json};
 use super::errors::{js_error, ErrorCode};
 use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::entropy::OsEntropy;
+use crate::protocol::json_fields::{FieldError, Fields, FromJson};
 use crate::protocol::time::iso8601_from_ms;
 use crate::protocol::{
     create_mnemonic, create_recovery_key, decrypt_blob, decrypt_envelope, encrypt_blob, encrypt_payload, EventMeta,
-    Identity, Secret, SyncEnvelope,
+    Identity, Json, Secret, SyncEnvelope,
 };
 
 fn bad(code: &str, e: impl std::fmt::Display) -> JsValue {
@@ -69,13 +69,23 @@ pub fn derive_identity_js(secret: &str) -> Result<IdentityHandle, JsValue> {
     Ok(IdentityHandle(Identity::from_secret(secret).map_err(|e| e.to_js())?))
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
 struct MetaIn {
     event_id: String,
     device_id: String,
     created_at: Option<String>,
     stream_id: Option<String>,
+}
+
+impl FromJson for MetaIn {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        let f = Fields::of(value, path)?;
+        Ok(MetaIn {
+            event_id: f.string("eventId")?,
+            device_id: f.string("deviceId")?,
+            created_at: f.opt_string("createdAt")?,
+            stream_id: f.opt_string("streamId")?,
+        })
+    }
 }
 
 /// Seals a payload: `meta` is `{eventId, deviceId, createdAt?, streamId?}`; returns the envelope.

@@ -101,3 +101,22 @@ fn a_zero_chunk_size_is_refused() {
     let opts = BlobOptions { mime_type: "x/y".into(), chunk_size: Some(0) };
     assert!(matches!(encrypt_blob(&alice(), &[1], &opts, "t", &mut OsEntropy), Err(BlobError::InvalidOptions(_))));
 }
+
+#[test]
+fn a_manifest_reads_back_from_the_json_it_is_stored_and_shown_as() {
+    use simplysync::protocol::blob::BlobManifest;
+    use simplysync::protocol::json_fields::read_json;
+    let b = seal(&alice(), &[7u8; 700], 300);
+    let text = serde_json::to_string(&b.manifest).unwrap();
+    assert_eq!(read_json::<BlobManifest>(text.as_bytes(), "manifest").unwrap(), b.manifest);
+    // A row's own members (id, updatedAt, deleted) are not manifest fields and are skipped.
+    let row = text.replacen('{', r#"{"id":"x","updatedAt":"h","deleted":false,"#, 1);
+    assert_eq!(read_json::<BlobManifest>(row.as_bytes(), "manifest").unwrap(), b.manifest);
+    let no_chunks = text.replace("\"chunks\":", "\"parts\":");
+    assert_eq!(read_json::<BlobManifest>(no_chunks.as_bytes(), "m").unwrap_err().0, "m: missing field `chunks`");
+    let bad_size = text.replacen("\"size\":328", "\"size\":\"328\"", 1);
+    assert_eq!(
+        read_json::<BlobManifest>(bad_size.as_bytes(), "m").unwrap_err().0,
+        "m.chunks[0].size: expected a whole number of at least 0, got a string"
+    );
+}

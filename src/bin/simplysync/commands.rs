@@ -148,7 +148,8 @@ pub(crate) fn open(store: &Store, relays: Option<Vec<String>>, timeout_ms: u32) 
     let schema: SchemaDef = match &store.schema {
         Some(file) => {
             let text = std::fs::read_to_string(file).map_err(|e| format!("{}: {e}", file.display()))?;
-            serde_json::from_str(&text).map_err(|e| format!("{}: not a schema: {e}", file.display()))?
+            simplysync::protocol::json_fields::read_json(text.as_bytes(), "schema")
+                .map_err(|e| format!("{}: not a schema: {e}", file.display()))?
         }
         None => {
             stored_schema(&conn).map_err(|e| e.to_string())?.unwrap_or(SchemaDef { schema_version: 1, tables: vec![] })
