@@ -20,7 +20,14 @@ wasm-pack build --profile wasm-release --target web --mode no-install --out-dir 
   pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm
 mv pkg/simplysync_bg.opt.wasm pkg/simplysync_bg.wasm
 rm -f pkg/.gitignore pkg/package.json pkg/README.md
-cp js/*.js js/*.d.ts pkg-template/README.md pkg/
+cp js/*.d.ts pkg-template/README.md pkg/
+# The JS without comments and whitespace (esbuild, one file at a time, no bundling): names stay,
+# so stack traces still read; the readable sources with their comments are js/ in the repo.
+# The wasm-bindgen glue too. -14 KB gzip of the package (BENCHMARKS.md, round seventeen).
+ESBUILD="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}/node_modules/.bin/esbuild"
+strip_js() { "$ESBUILD" "$1" --minify-whitespace --minify-syntax --format=esm --log-level=warning --outfile="$2" --allow-overwrite; }
+for f in js/*.js; do strip_js "$f" "pkg/$(basename "$f")"; done
+strip_js pkg/simplysync.js pkg/simplysync.js
 sed "s/\"version\": \"0.0.0\"/\"version\": \"$VERSION\"/" pkg-template/package.json > pkg/package.json
 
 size() { printf '%-24s %9d bytes  %9d gzip\n' "$1" "$(wc -c < "pkg/$1")" "$(gzip -9 -c "pkg/$1" | wc -c)"; }

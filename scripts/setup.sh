@@ -13,6 +13,7 @@ WASM_BINDGEN_VERSION="0.2.129"
 GECKODRIVER_VERSION="0.37.1"
 WASM_PACK_VERSION="0.15.1"
 BINARYEN_NPM_VERSION="132.0.0"
+ESBUILD_NPM_VERSION="0.25.12"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}"   # npm-installed tools (wasm-opt, playwright-core)
 
@@ -91,12 +92,18 @@ else
   cargo install --locked --force geckodriver --version "$GECKODRIVER_VERSION"
 fi
 
-step "npm tools in $TOOLS: binaryen@$BINARYEN_NPM_VERSION (wasm-opt), node test deps"
+step "npm tools in $TOOLS: binaryen@$BINARYEN_NPM_VERSION (wasm-opt), esbuild@$ESBUILD_NPM_VERSION, node test deps"
 $SUDO mkdir -p "$TOOLS"
 if [ "$("$TOOLS/node_modules/.bin/wasm-opt" --version 2>/dev/null | awk '{print $3}')" = "${BINARYEN_NPM_VERSION%%.*}" ]; then
   echo "binaryen already installed"
 else
   $SUDO npm install --prefix "$TOOLS" --no-audit --no-fund --silent "binaryen@$BINARYEN_NPM_VERSION"
+fi
+# esbuild: strips comments and whitespace from the package's JS (scripts/build-pkg.sh).
+if [ "$("$TOOLS/node_modules/.bin/esbuild" --version 2>/dev/null)" = "$ESBUILD_NPM_VERSION" ]; then
+  echo "esbuild already installed"
+else
+  $SUDO npm install --prefix "$TOOLS" --no-audit --no-fund --silent "esbuild@$ESBUILD_NPM_VERSION"
 fi
 
 step "moto (S3-compatible test server, PyPI) for the relay's object-storage tests"
@@ -129,5 +136,6 @@ echo "firefox:      $(first_line /usr/bin/firefox-esr --version)"
 echo "geckodriver:  $(first_line "$BIN_DIR/geckodriver" --version)"
 echo "clang:        $(clang --version | sed -n 1p)"
 echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
+echo "esbuild:      $("$TOOLS/node_modules/.bin/esbuild" --version)"
 echo "postgresql:   $(psql --version)"
 echo "setup.sh: OK in $((SECONDS - t0)) s"
