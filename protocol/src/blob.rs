@@ -15,7 +15,7 @@ use super::entropy::{random_bytes, Entropy, EntropyError};
 use super::envelope::{open, seal, NONCE_LEN, TAG_LEN};
 use super::identity::{sha256_base64url, Identity};
 use super::json::Json;
-use super::json_fields::{read_items, FieldError, Fields, FromJson};
+use super::json_fields::{FieldError, Fields, FromJson};
 
 /// Default plaintext chunk size: 256 KiB.
 pub const DEFAULT_CHUNK_SIZE: usize = 262_144;
@@ -79,7 +79,7 @@ impl FromJson for BlobManifest {
             mime_type: f.string("mimeType")?,
             byte_size: f.u64("byteSize")?,
             chunk_size: f.u64("chunkSize")?,
-            chunks: read_items(f.array("chunks")?, &format!("{path}.chunks"))?,
+            chunks: f.items("chunks")?,
             sha256: f.string("sha256")?,
             created_at: f.string("createdAt")?,
         })

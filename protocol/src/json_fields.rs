@@ -168,6 +168,16 @@ impl<'a> Fields<'a> {
         }
     }
 
+    /// A required member read as `T` (a nested record), named `path.key` in errors.
+    pub fn read<T: FromJson>(&self, key: &str) -> Result<T, FieldError> {
+        T::from_json(self.required(key)?, &format!("{}.{key}", self.path))
+    }
+
+    /// A required array member, each item read as `T` and named `path.key[i]` in errors.
+    pub fn items<T: FromJson>(&self, key: &str) -> Result<Vec<T>, FieldError> {
+        read_items(self.array(key)?, &format!("{}.{key}", self.path))
+    }
+
     /// An optional array.
     pub fn opt_array(&self, key: &str) -> Result<Option<&'a [Json]>, FieldError> {
         match self.get(key) {
@@ -282,6 +292,18 @@ mod tests {
         assert_eq!(f.bool("o").unwrap_err().0, "relay answer.o: expected a boolean, got a number");
         assert_eq!(f.array("o").unwrap_err().0, "relay answer.o: expected an array, got a number");
         assert_eq!(Fields::of(&fields("[]"), "options").err().unwrap().0, "options: expected an object, got an array");
+    }
+
+    #[test]
+    fn nested_records_and_lists_are_named_by_their_path() {
+        let v = fields(r#"{"ids": ["a", 2], "one": "x", "none": null, "list": ["a", "b"]}"#);
+        let f = Fields::of(&v, "options").unwrap();
+        assert_eq!(f.items::<String>("list").unwrap(), ["a", "b"]);
+        assert_eq!(f.items::<String>("ids").unwrap_err().0, "options.ids[1]: expected a string, got a number");
+        assert_eq!(f.items::<String>("gone").unwrap_err().0, "options: missing field `gone`");
+        assert_eq!(f.read::<String>("one").unwrap(), "x");
+        assert_eq!(f.read::<String>("gone").unwrap_err().0, "options: missing field `gone`");
+        assert_eq!(f.read::<String>("none").unwrap_err().0, "options.none: expected a string, got null");
     }
 
     #[test]

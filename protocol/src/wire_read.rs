@@ -129,18 +129,10 @@ impl FromJson for AccountInfo {
     }
 }
 
-/// A required object member read as `T`, named `path.key` in errors.
-fn member<T: FromJson>(f: &Fields<'_>, key: &str) -> Result<T, FieldError> {
-    match f.get(key) {
-        Some(v) => T::from_json(v, &format!("{}.{key}", f.path())),
-        None => Err(FieldError(format!("{}: missing field `{key}`", f.path()))),
-    }
-}
-
 impl FromJson for StatusResponse {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        Ok(StatusResponse { server: member(&f, "server")?, account: member(&f, "account")? })
+        Ok(StatusResponse { server: f.read("server")?, account: f.read("account")? })
     }
 }
 

@@ -8,7 +8,7 @@
 
 use serde::Serialize;
 
-use crate::protocol::json_fields::{read_items, wrong_type, FieldError, Fields, FromJson};
+use crate::protocol::json_fields::{wrong_type, FieldError, Fields, FromJson};
 use crate::protocol::Json;
 
 /// The name of the engine-managed table holding blob manifests.
@@ -103,10 +103,7 @@ impl FromJson for ColumnType {
 impl FromJson for ColumnDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        let column_type = match f.get("type") {
-            Some(t) => ColumnType::from_json(t, &format!("{path}.type"))?,
-            None => return Err(FieldError(format!("{path}: missing field `type`"))),
-        };
+        let column_type = f.read("type")?;
         Ok(ColumnDef { name: f.string("name")?, column_type })
     }
 }
@@ -114,17 +111,14 @@ impl FromJson for ColumnDef {
 impl FromJson for TableDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        Ok(TableDef { name: f.string("name")?, columns: read_items(f.array("columns")?, &format!("{path}.columns"))? })
+        Ok(TableDef { name: f.string("name")?, columns: f.items("columns")? })
     }
 }
 
 impl FromJson for SchemaDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        Ok(SchemaDef {
-            schema_version: f.opt_u32("schemaVersion")?.unwrap_or(1),
-            tables: read_items(f.array("tables")?, &format!("{path}.tables"))?,
-        })
+        Ok(SchemaDef { schema_version: f.opt_u32("schemaVersion")?.unwrap_or(1), tables: f.items("tables")? })
     }
 }
 

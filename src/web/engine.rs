@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::protocol::json_fields::{read_items, FieldError, Fields, FromJson};
+use crate::protocol::json_fields::{FieldError, Fields, FromJson};
 use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::prelude::*;
 
@@ -51,12 +51,9 @@ struct OpenOptions {
 impl FromJson for OpenOptions {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        let schema = match f.get("schema") {
-            Some(s) => SchemaDef::from_json(s, &format!("{path}.schema"))?,
-            None => return Err(FieldError(format!("{path}: missing field `schema`"))),
-        };
+        let schema = f.read("schema")?;
         Ok(OpenOptions {
-            relays: read_items(f.array("relays")?, &format!("{path}.relays"))?,
+            relays: f.items("relays")?,
             schema,
             db_name: f.opt_string("dbName")?,
             sync_interval_ms: f.opt_u32("syncIntervalMs")?,
