@@ -1,6 +1,6 @@
 //! BIP39 with the English word list: a phrase ↔ its entropy, checksum included.
 //!
-//! The `bip39` crate supplies the list; the packing and the checksum are here because the
+//! The `bip39` crate supplies the list (through `build.rs`); the packing and the checksum are here because the
 //! crate's own `Mnemonic` hashes with a SHA-256 of its own (`bitcoin_hashes`, ~8 KB of the
 //! npm package) while the protocol already links `sha2`'s. The native tests check both ways
 //! against the crate (`tests/protocol/identity.rs`).
@@ -18,11 +18,18 @@ pub(crate) enum PhraseError {
     Checksum,
 }
 
-/// The English list: sorted by bytes, so a binary search finds a word. Every lookup goes
-/// through this one function so that one copy of the list is linked.
-#[inline(never)]
-fn list() -> &'static [&'static str; 2048] {
-    bip39::Language::English.word_list()
+/// The English list as 2048 words joined by `\n`, in list order (sorted by bytes), written by
+/// `build.rs` from the `bip39` crate.
+const WORDS: &str = include_str!(concat!(env!("OUT_DIR"), "/bip39_english.txt"));
+
+/// The index of `word` in the list.
+fn index_of(word: &str) -> Option<usize> {
+    WORDS.split('\n').position(|w| w == word)
+}
+
+/// The word at `index` (< 2048).
+fn word_at(index: usize) -> &'static str {
+    WORDS.split('\n').nth(index).expect("a BIP39 index has 11 bits")
 }
 
 /// Bit `k` (0 = the most significant bit of `bytes[0]`).
@@ -40,7 +47,7 @@ pub(crate) fn entropy_of(phrase: &str) -> Result<Vec<u8>, PhraseError> {
     // 11 bits per word: the entropy (32 bits per 3 words), then one checksum bit per 3 words.
     let mut packed = [0u8; 33];
     for (i, word) in words.iter().enumerate() {
-        let index = list().binary_search(word).map_err(|_| PhraseError::UnknownWord(i))?;
+        let index = index_of(word).ok_or(PhraseError::UnknownWord(i))?;
         for j in 0..11 {
             if index >> (10 - j) & 1 == 1 {
                 let k = i * 11 + j;
@@ -69,7 +76,26 @@ pub(crate) fn phrase_of(entropy: &[u8]) -> String {
         if i > 0 {
             out.push(' ');
         }
-        out.push_str(list()[usize::from(index)]);
+        out.push_str(word_at(usize::from(index)));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_list_is_2048_sorted_words_each_found_at_its_own_index() {
+        let words: Vec<&str> = WORDS.split('\n').collect();
+        assert_eq!(words.len(), 2048);
+        assert!(words.windows(2).all(|w| w[0] < w[1]), "sorted by bytes, no repeats");
+        assert_eq!((words[0], words[2047]), ("abandon", "zoo"));
+        for (i, word) in words.iter().enumerate() {
+            assert!((3..=8).contains(&word.len()) && word.bytes().all(|b| b.is_ascii_lowercase()), "{word:?}");
+            assert_eq!((word_at(i), index_of(word)), (*word, Some(i)));
+        }
+        assert_eq!(index_of("zoos"), None);
+        assert_eq!(index_of(""), None);
+    }
 }
