@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 use super::base64url;
 use super::canonical::write_str_literal;
 use super::entropy::{random_bytes, Entropy, EntropyError};
-use super::envelope::{open, seal, NONCE_LEN, TAG_LEN};
+use super::envelope::{NONCE_LEN, TAG_LEN};
 use super::identity::{sha256_base64url, Identity};
 use super::json::Json;
 use super::json_fields::{FieldError, Fields, FromJson};
@@ -204,7 +204,7 @@ pub fn encrypt_blob_with_id(
         let aad = chunk_aad(identity.owner_id(), &blob_id, index);
         let mut bytes = Vec::with_capacity(NONCE_LEN + plain.len() + TAG_LEN);
         bytes.extend_from_slice(&nonce);
-        bytes.extend_from_slice(&seal(identity.cipher(), &nonce, plain, aad.as_bytes()));
+        bytes.extend_from_slice(&identity.cipher().seal(&nonce, plain, aad.as_bytes()));
         let hash = sha256_base64url(&bytes);
         refs.push(BlobChunkRef { hash: hash.clone(), size: bytes.len() as u64, plaintext_size: plain.len() as u64 });
         chunks.push(StoredChunk { hash, bytes });
@@ -260,7 +260,9 @@ pub fn decrypt_blob_chunk(
     }
     let nonce: [u8; NONCE_LEN] = stored[..NONCE_LEN].try_into().expect("length checked");
     let aad = chunk_aad(&manifest.owner_id, &manifest.blob_id, index);
-    let plain = open(identity.cipher(), &nonce, &stored[NONCE_LEN..], aad.as_bytes())
+    let plain = identity
+        .cipher()
+        .open(&nonce, &stored[NONCE_LEN..], aad.as_bytes())
         .ok_or(BlobError::AuthenticationFailed { index })?;
     if plain.len() as u64 != chunk.plaintext_size {
         return Err(BlobError::InvalidManifest(format!(

@@ -2,8 +2,6 @@
 //! JSON of the envelope header as additional data, so a relay can neither read a payload nor
 //! rebind it to another owner, event, device, time or stream.
 
-use aes_gcm::aead::{Aead, AeadInOut, Payload};
-use aes_gcm::{Aes256Gcm, Nonce};
 use serde::{Deserialize, Serialize};
 
 use super::base64url;
@@ -15,10 +13,7 @@ use super::json_parse::{parse_json_bytes, JsonParseError};
 
 /// The only envelope version.
 pub const ENVELOPE_VERSION: u32 = 1;
-/// AES-GCM nonce length.
-pub const NONCE_LEN: usize = 12;
-/// AES-GCM tag length: every ciphertext is at least this long.
-pub const TAG_LEN: usize = 16;
+pub use simplysync_crypto::{NONCE_LEN, TAG_LEN};
 
 /// An encrypted event as it travels to and from relays.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -231,7 +226,7 @@ pub fn encrypt_plaintext(
         &meta.created_at,
         meta.stream_id.as_deref(),
     );
-    let ciphertext = seal(identity.cipher(), &nonce, plaintext, aad.as_bytes());
+    let ciphertext = identity.cipher().seal(&nonce, plaintext, aad.as_bytes());
     Ok(SyncEnvelope {
         version: ENVELOPE_VERSION,
         owner_id: identity.owner_id().to_owned(),
@@ -272,28 +267,8 @@ pub fn decrypt_envelope_bytes(identity: &Identity, envelope: &SyncEnvelope) -> R
             reason: format!("{} bytes is shorter than the 16-byte GCM tag", ciphertext.len()),
         });
     }
-    open_in_place(identity.cipher(), &nonce, ciphertext, envelope.aad().as_bytes())
+    identity
+        .cipher()
+        .open_in_place(&nonce, ciphertext, envelope.aad().as_bytes())
         .ok_or(CryptoError::AuthenticationFailed)
-}
-
-pub(crate) fn seal(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], plaintext: &[u8], aad: &[u8]) -> Vec<u8> {
-    cipher
-        .encrypt(&Nonce::from(*nonce), Payload { msg: plaintext, aad })
-        .expect("AES-GCM encryption only fails for inputs beyond 64 GiB")
-}
-
-pub(crate) fn open(cipher: &Aes256Gcm, nonce: &[u8; NONCE_LEN], ciphertext: &[u8], aad: &[u8]) -> Option<Vec<u8>> {
-    cipher.decrypt(&Nonce::from(*nonce), Payload { msg: ciphertext, aad }).ok()
-}
-
-/// [`open`] in the ciphertext's own buffer, which is dropped unread when the tag does not
-/// match: a received event's decoded ciphertext is not copied into a second allocation.
-pub(crate) fn open_in_place(
-    cipher: &Aes256Gcm,
-    nonce: &[u8; NONCE_LEN],
-    mut ciphertext: Vec<u8>,
-    aad: &[u8],
-) -> Option<Vec<u8>> {
-    cipher.decrypt_in_place(&Nonce::from(*nonce), aad, &mut ciphertext).ok()?;
-    Some(ciphertext)
 }

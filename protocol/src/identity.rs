@@ -9,10 +9,10 @@
 
 use std::fmt;
 
-use aes_gcm::{Aes256Gcm, KeyInit};
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
+use simplysync_crypto::{hmac_sha256, AesKey};
 
 use super::base64url;
 use super::bip39_english::{self, PhraseError};
@@ -197,7 +197,7 @@ pub struct Identity {
     relay_auth: String,
     data_key: [u8; 32],
     stream_key: [u8; 32],
-    cipher: Aes256Gcm,
+    cipher: AesKey,
 }
 
 impl fmt::Debug for Identity {
@@ -237,7 +237,7 @@ impl Identity {
     }
 
     fn assemble(owner_id: String, relay_auth: String, data_key: [u8; 32], stream_key: [u8; 32]) -> Identity {
-        let cipher = Aes256Gcm::new_from_slice(&data_key).expect("32-byte key");
+        let cipher = AesKey::new(&data_key);
         Identity { owner_id, relay_auth, data_key, stream_key, cipher }
     }
 
@@ -266,7 +266,7 @@ impl Identity {
         &self.stream_key
     }
 
-    pub(crate) fn cipher(&self) -> &Aes256Gcm {
+    pub(crate) fn cipher(&self) -> &AesKey {
         &self.cipher
     }
 
@@ -279,10 +279,7 @@ impl Identity {
         msg.push(',');
         write_str_literal(row_id, &mut msg);
         msg.push(']');
-        let mut mac = <Hmac<Sha256> as hmac::KeyInit>::new_from_slice(&self.stream_key).expect("any key length");
-        mac.update(msg.as_bytes());
-        let tag = mac.finalize().into_bytes();
-        base64url::encode(&tag[..16])
+        base64url::encode(&hmac_sha256(&self.stream_key, msg.as_bytes())[..16])
     }
 }
 

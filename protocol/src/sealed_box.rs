@@ -9,7 +9,7 @@
 
 use super::base64url;
 use super::entropy::{random_bytes, Entropy};
-use super::envelope::{open, seal, CryptoError, NONCE_LEN, TAG_LEN};
+use super::envelope::{CryptoError, NONCE_LEN, TAG_LEN};
 use super::identity::Identity;
 
 /// Seals `plaintext` under `identity`'s data key, bound to `aad`.
@@ -21,7 +21,7 @@ pub fn seal_value(
 ) -> Result<String, CryptoError> {
     let nonce: [u8; NONCE_LEN] = random_bytes(rng)?;
     let mut out = nonce.to_vec();
-    out.extend(seal(identity.cipher(), &nonce, plaintext, aad.as_bytes()));
+    out.extend(identity.cipher().seal(&nonce, plaintext, aad.as_bytes()));
     Ok(base64url::encode(&out))
 }
 
@@ -37,7 +37,7 @@ pub fn open_value(identity: &Identity, aad: &str, text: &str) -> Result<Vec<u8>,
     }
     let (nonce, ciphertext) = bytes.split_at(NONCE_LEN);
     let nonce: [u8; NONCE_LEN] = nonce.try_into().expect("split at NONCE_LEN");
-    open(identity.cipher(), &nonce, ciphertext, aad.as_bytes()).ok_or(CryptoError::AuthenticationFailed)
+    identity.cipher().open(&nonce, ciphertext, aad.as_bytes()).ok_or(CryptoError::AuthenticationFailed)
 }
 
 #[cfg(test)]
