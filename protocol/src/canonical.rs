@@ -26,7 +26,7 @@ fn write_value(value: &Json, out: &mut String) {
         Json::Null => out.push_str("null"),
         Json::Bool(true) => out.push_str("true"),
         Json::Bool(false) => out.push_str("false"),
-        Json::Number(n) => push_number(n.get(), out),
+        Json::Number(n) => write_number(n.get(), out),
         Json::String(s) => write_string(s, out),
         Json::Array(items) => {
             out.push('[');
@@ -117,11 +117,12 @@ fn push_unit_escape(unit: u16, out: &mut String) {
 /// Formats a finite double exactly as JavaScript's `String(x)` does (and so `JSON.stringify`).
 pub fn format_number(x: f64) -> String {
     let mut out = String::new();
-    push_number(x, &mut out);
+    write_number(x, &mut out);
     out
 }
 
-fn push_number(x: f64, out: &mut String) {
+/// Appends `x` as JavaScript's `String(x)` writes it (`null` when not finite, as `JSON.stringify` writes it).
+pub fn write_number(x: f64, out: &mut String) {
     if !x.is_finite() {
         // JSON.stringify writes non-finite numbers as null; Json never holds them.
         out.push_str("null");

@@ -21,12 +21,14 @@ pub mod identity;
 pub mod json;
 pub mod json_fields;
 pub mod json_parse;
+pub mod json_write;
 pub mod payload;
 mod scan;
 pub mod sealed_box;
 pub mod time;
 pub mod wire;
 mod wire_read;
+mod wire_write;
 
 pub use blob::{
     decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_with_id, BlobError, BlobManifest, BlobOptions,

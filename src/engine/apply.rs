@@ -16,6 +16,7 @@ use crate::protocol::envelope::decrypt_envelope_bytes;
 use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
 use crate::protocol::json_fields::read_json;
 use crate::protocol::json_parse::parse_json_bytes;
+use crate::protocol::json_write::ToJson;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
 
@@ -165,7 +166,7 @@ impl Engine {
         let hold = |reason: &str, detail: String, at: Option<i64>| HeldEvent {
             event_id: env.event_id.clone(),
             relay: relay.to_owned(),
-            envelope_json: serde_json::to_string(env).expect("envelopes serialize"),
+            envelope_json: env.to_json_text(),
             reason: reason.to_owned(),
             detail,
             at,

@@ -18,6 +18,7 @@ use super::values::to_sql;
 use super::{Engine, EngineError};
 use crate::protocol::blob::{BlobManifest, BlobOptions, EncryptedBlob};
 use crate::protocol::json_fields::FromJson;
+use crate::protocol::json_write::ToJson;
 use crate::protocol::time::iso8601_from_ms;
 use crate::protocol::{decrypt_blob_chunk, encrypt_blob, Identity, Json};
 use crate::store::rows::{self, RowData};
@@ -63,7 +64,7 @@ impl Engine {
         let table = self.table(BLOB_TABLE)?;
         // Through the text, as every other JSON in the module: a manifest always serializes,
         // and serde_json's own value type then stays out of the package.
-        let text = serde_json::to_string(m).expect("manifests serialize");
+        let text = m.to_json_text();
         let fields = crate::protocol::json_parse::parse_json(&text).expect("serde_json writes JSON");
         let mut values = Vec::with_capacity(table.columns.len());
         for c in &table.columns {

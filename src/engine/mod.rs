@@ -34,6 +34,7 @@ mod rekey;
 mod relay;
 mod relay_api;
 mod relay_set;
+mod reports_json;
 mod requests;
 mod sorted;
 mod sync;
@@ -59,6 +60,7 @@ pub use sync::{
 
 use crate::protocol::entropy::{random_bytes, Entropy};
 use crate::protocol::hlc::validate_device_id;
+use crate::protocol::json_write::ToJson;
 use crate::protocol::{base64url, Hlc, HlcClock, Identity, Secret};
 use crate::store::{rows, system, StoreError};
 use events::Listeners;
@@ -176,7 +178,7 @@ impl Engine {
     /// owner fails with `OWNER_MISMATCH` before any app table is touched.
     pub fn open(mut conn: Connection, config: EngineConfig, mut env: Env) -> Result<Engine, EngineError> {
         config.options.validate()?;
-        let schema_json = serde_json::to_string(&config.schema).expect("schemas serialize");
+        let schema_json = config.schema.to_json_text();
         let schema = Schema::new(config.schema)?;
         let secret = Secret::parse(&config.secret)?;
         let identity = secret.identity();

@@ -25,6 +25,7 @@ use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::envelope::{decrypt_envelope_bytes, encrypt_plaintext, EventMeta};
 use crate::protocol::json_fields::{read_json, FieldError, Fields, FromJson};
 use crate::protocol::json_parse::parse_json_bytes;
+use crate::protocol::json_write::{ObjectWriter, ToJson};
 use crate::protocol::sealed_box::{open_value, seal_value};
 use crate::protocol::{
     decrypt_blob, encrypt_blob_with_id, parse_json, to_canonical_json, Identity, Json, Secret, SyncEnvelope,
@@ -59,6 +60,17 @@ impl FromJson for Handover {
             from_secret: f.string("fromSecret")?,
             to_secret: f.string("toSecret")?,
         })
+    }
+}
+
+impl ToJson for Handover {
+    fn write_json(&self, out: &mut String) {
+        ObjectWriter::new(out)
+            .member("from", &self.from)
+            .member("to", &self.to)
+            .member("fromSecret", &self.from_secret)
+            .member("toSecret", &self.to_secret)
+            .end();
     }
 }
 
@@ -184,7 +196,7 @@ impl Engine {
             };
             self.write(|tx| {
                 self.switch_owner(tx, &old, &new_id, &blobs)?;
-                system::meta_set(tx, HANDOVER_KEY, &serde_json::to_string(&handover).expect("records serialize"))?;
+                system::meta_set(tx, HANDOVER_KEY, &handover.to_json_text())?;
                 if let Some(wrapped) = wrapped_secret {
                     system::meta_set(tx, WRAPPED_SECRET_KEY, wrapped)?;
                 }
@@ -347,7 +359,7 @@ impl Engine {
             let resealed = encrypt_plaintext(to, &meta, &plain, rng.as_mut())?;
             tx.execute(
                 "UPDATE _sync_deferred SET envelope_json = ?2 WHERE event_id = ?1",
-                rusqlite::params![held.event_id, serde_json::to_string(&resealed).expect("envelopes serialize")],
+                rusqlite::params![held.event_id, resealed.to_json_text()],
             )?;
         }
         for (m, data) in blobs {
@@ -516,7 +528,8 @@ mod tests {
         let conn = db();
         let h = Handover { from: "A".into(), to: "B".into(), from_secret: "sa".into(), to_secret: "sb".into() };
         system::meta_set(&conn, HANDOVER_KEY, &serde_json::to_string(&h).unwrap()).unwrap();
-        assert_eq!(Handover::load(&conn).unwrap(), Some(h));
+        assert_eq!(Handover::load(&conn).unwrap(), Some(h.clone()));
+        assert_eq!(h.to_json_text(), serde_json::to_string(&h).unwrap(), "written as earlier versions wrote it");
         system::meta_set(&conn, HANDOVER_KEY, r#"{"from":"A","to":"B","fromSecret":"sa"}"#).unwrap();
         let err = Handover::load(&conn).unwrap_err().to_string();
         assert!(err.contains("hand-over record is unreadable") && err.contains("missing field `toSecret`"), "{err}");

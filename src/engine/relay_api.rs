@@ -6,6 +6,7 @@ use super::io::{HttpRequest, HttpResponse, Method, Transport};
 use crate::protocol::canonical::write_str_literal;
 use crate::protocol::json_fields::{read_json, FieldError, Fields, FromJson};
 use crate::protocol::json_parse::{parse_listing, ListItem};
+use crate::protocol::json_write::ToJson;
 use crate::protocol::wire::{
     CloseResponse, CompactRequest, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse,
     WaitResponse,
@@ -284,7 +285,7 @@ impl<'a> RelayApi<'a> {
     /// [`Self::confirm_unknown_owner`]).
     pub async fn compact(&self, stream_ids: &[String]) -> Result<Option<CompactResponse>, RelayFailure> {
         let request = CompactRequest { owner_id: self.owner_id.to_string(), stream_ids: stream_ids.to_vec() };
-        let body = serde_json::to_string(&request).expect("strings serialize");
+        let body = request.to_json_text();
         let resp =
             self.call(Method::Post, "/v1/streams/compact", Some((body.into_bytes(), "application/json"))).await?;
         match resp.status {

@@ -12,6 +12,7 @@ use rusqlite::Connection;
 use super::relay::{relay_keys, RelayRuntime};
 use super::{validate_relay_url, Engine, EngineError};
 use crate::protocol::json_fields::read_json;
+use crate::protocol::json_write::ToJson;
 use crate::store::{outbox, set_aside, system};
 
 /// Validates relay URLs and drops repeats (keeping the first).
@@ -31,7 +32,7 @@ fn read_list(conn: &Connection, key: &str) -> Result<Vec<String>, EngineError> {
 }
 
 fn write_list(conn: &Connection, key: &str, list: &[String]) -> Result<(), EngineError> {
-    system::meta_set(conn, key, &serde_json::to_string(list).expect("lists serialize"))?;
+    system::meta_set(conn, key, &list.to_json_text())?;
     Ok(())
 }
 

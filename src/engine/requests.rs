@@ -6,8 +6,8 @@
 use std::future::Future;
 
 use crate::protocol::json_fields::{read_json, FromJson};
+use crate::protocol::json_write::ToJson;
 use rusqlite::Connection;
-use serde::Serialize;
 
 use super::{Engine, EngineError};
 use crate::store::{system, StoreError};
@@ -56,9 +56,9 @@ impl Engine {
     /// Records the pending request of [`Engine::once`] (if any) with `result`, inside the
     /// transaction `tx` that makes the call's effect. Every mutation that can run under
     /// `once` calls this in its (single) write transaction.
-    pub(crate) fn record_request(&self, tx: &Connection, result: &impl Serialize) -> Result<(), EngineError> {
+    pub(crate) fn record_request(&self, tx: &Connection, result: &impl ToJson) -> Result<(), EngineError> {
         let Some(id) = self.request.borrow_mut().take() else { return Ok(()) };
-        let text = serde_json::to_string(result).expect("results serialize");
+        let text = result.to_json_text();
         self.write_request(tx, &id, &text)
     }
 
@@ -69,7 +69,7 @@ impl Engine {
     }
 
     /// Runs `f` at most once per `request_id` (see the module docs); without an id, just runs it.
-    pub fn once<T: Serialize + FromJson>(
+    pub fn once<T: ToJson + FromJson>(
         &self,
         request_id: Option<&str>,
         f: impl FnOnce() -> Result<T, EngineError>,

@@ -23,6 +23,7 @@ use super::relay::{relay_keys, RelayErrorInfo, RelayState, BACKOFF_MS};
 use super::relay_api::RelayFailure;
 use super::{Engine, EngineError};
 use crate::protocol::envelope::{encrypt_plaintext, EventMeta};
+use crate::protocol::json_write::ToJson;
 use crate::protocol::time::iso8601_from_ms;
 use crate::store::{inbox, outbox, purged, rows, system};
 
@@ -258,7 +259,7 @@ impl Engine {
                         stream_id: Some(identity.stream_id(&u.table, &u.row_id)),
                     };
                     let env = encrypt_plaintext(&identity, &meta, payload.as_bytes(), rng.as_mut())?;
-                    outbox::mark_sealed(tx, u.seq, &serde_json::to_string(&env).expect("envelopes serialize"))?;
+                    outbox::mark_sealed(tx, u.seq, &env.to_json_text())?;
                     sealed += 1;
                 }
                 Ok(sealed)

@@ -9,6 +9,7 @@
 use serde::Serialize;
 
 use crate::protocol::json_fields::{wrong_type, FieldError, Fields, FromJson};
+use crate::protocol::json_write::{ObjectWriter, ToJson};
 use crate::protocol::Json;
 
 /// The name of the engine-managed table holding blob manifests.
@@ -119,6 +120,39 @@ impl FromJson for SchemaDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
         Ok(SchemaDef { schema_version: f.opt_u32("schemaVersion")?.unwrap_or(1), tables: f.items("tables")? })
+    }
+}
+
+// Stored with the database (`_sync_meta`) as serde wrote it in earlier versions.
+impl ToJson for ColumnType {
+    fn write_json(&self, out: &mut String) {
+        let name = match self {
+            ColumnType::Text => "text",
+            ColumnType::Integer => "integer",
+            ColumnType::Real => "real",
+            ColumnType::Boolean => "boolean",
+            ColumnType::Json => "json",
+            ColumnType::Blob => "blob",
+        };
+        name.write_json(out);
+    }
+}
+
+impl ToJson for ColumnDef {
+    fn write_json(&self, out: &mut String) {
+        ObjectWriter::new(out).member("name", &self.name).member("type", &self.column_type).end();
+    }
+}
+
+impl ToJson for TableDef {
+    fn write_json(&self, out: &mut String) {
+        ObjectWriter::new(out).member("name", &self.name).member("columns", &self.columns).end();
+    }
+}
+
+impl ToJson for SchemaDef {
+    fn write_json(&self, out: &mut String) {
+        ObjectWriter::new(out).member("schemaVersion", &self.schema_version).member("tables", &self.tables).end();
     }
 }
 
@@ -439,6 +473,9 @@ mod tests {
         let d = SchemaDef { schema_version: 3, ..def(vec![("todos", all), ("empty", vec![])]) };
         // The stored form is serde's (the meta table's `schema`, a CLI schema file).
         assert_eq!(read(&serde_json::to_string(&d).unwrap()).unwrap(), d);
+        // …and is what the engine writes now.
+        assert_eq!(d.to_json_text(), serde_json::to_string(&d).unwrap());
+        assert_eq!(read(&d.to_json_text()).unwrap(), d);
     }
 
     #[test]

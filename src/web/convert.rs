@@ -10,6 +10,7 @@ use wasm_bindgen::{JsCast, JsValue};
 use crate::protocol::canonical::write_canonical_json;
 use crate::protocol::json::{insert_member, JsonString};
 use crate::protocol::json_fields::FromJson;
+use crate::protocol::json_write::ToJson;
 use crate::protocol::Json;
 
 const MAX_DEPTH: usize = 128;
@@ -165,13 +166,14 @@ pub fn array_to_js(items: &[Json]) -> JsValue {
     js_sys::JSON::parse(&text).unwrap_or_else(|_| items.iter().map(to_js).collect::<Array>().into())
 }
 
-/// A serde value as a JS value through `JSON.parse` of its JSON text: one string across
-/// instead of a call out of the module per key and value (the change event of a 10,000-row
-/// transaction), and one serializer per type for JS and the wire alike. Exact for what the
-/// engine reports: strings, enums, integers within 2^53 and finite doubles (written shortest
-/// round-trip, which `JSON.parse` reads back to the same double). `null` if it cannot be written.
-pub fn serde_to_js<T: serde::Serialize>(v: &T) -> JsValue {
-    serde_json::to_string(v).ok().and_then(|text| js_sys::JSON::parse(&text).ok()).unwrap_or(JsValue::NULL)
+/// A record or report as a JS value through `JSON.parse` of its JSON text ([`ToJson`]): one
+/// string across instead of a call out of the module per key and value (the change event of a
+/// 10,000-row transaction), and one writer per type for JS, storage and the wire alike. Exact
+/// for what the engine reports: strings, enums, integers within 2^53 and finite doubles
+/// (written as JavaScript writes them). `null` if `JSON.parse` refused it, which valid JSON
+/// text never is.
+pub fn record_to_js<T: ToJson + ?Sized>(v: &T) -> JsValue {
+    js_sys::JSON::parse(&v.to_json_text()).unwrap_or(JsValue::NULL)
 }
 
 /// Reads a JS argument as `T`: the value is first checked as JSON data ([`to_json`]: errors

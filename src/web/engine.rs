@@ -9,10 +9,11 @@ use std::cell::RefCell;
 use std::rc::Rc;
 
 use crate::protocol::json_fields::{FieldError, Fields, FromJson};
+use crate::protocol::json_write::{ObjectWriter, ToJson};
 use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::prelude::*;
 
-use super::convert::{array_to_js, from_js, json_to_js, serde_to_js};
+use super::convert::{array_to_js, from_js, json_to_js, record_to_js};
 use super::errors::{engine_error, js_error};
 use super::io::{sleep, DateClock, FetchTransport, GlooTimer};
 use super::writes::{self, arg_json, bad_arg};
@@ -77,12 +78,21 @@ fn whole(value: Option<f64>, name: &str, default: u64) -> Result<u64, JsValue> {
 }
 
 /// Where the database lives and how durable it is.
-#[derive(Debug, Clone, serde::Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug, Clone)]
 struct StorageInfo {
     mode: &'static str,
     durable: bool,
     reason: Option<String>,
+}
+
+impl ToJson for StorageInfo {
+    fn write_json(&self, out: &mut String) {
+        ObjectWriter::new(out)
+            .member("mode", self.mode)
+            .member("durable", &self.durable)
+            .member("reason", &self.reason)
+            .end();
+    }
 }
 
 struct Inner {
@@ -421,7 +431,7 @@ impl WebEngine {
 
     /// `{mode: "opfs" | "idb" | "memory", durable, reason}`.
     pub fn storage(&self) -> JsValue {
-        serde_to_js(&self.inner.storage)
+        record_to_js(&self.inner.storage)
     }
 
     /// Creates a row.
@@ -564,13 +574,13 @@ impl WebEngine {
             .once(request_id.as_deref(), || e.put_blob(&data, &mime_type, chunk_size.map(|c| c as usize)))
             .map_err(err)?;
         self.after_write();
-        Ok(serde_to_js(&m))
+        Ok(record_to_js(&m))
     }
 
     /// A blob's manifest.
     #[wasm_bindgen(js_name = blobManifest)]
     pub fn blob_manifest(&self, blob_id: String) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.engine()?.blob_manifest(&blob_id).map_err(err)?))
+        Ok(record_to_js(&self.engine()?.blob_manifest(&blob_id).map_err(err)?))
     }
 
     /// The recovery phrase (or key), to show to its owner.
@@ -627,7 +637,7 @@ impl WebEngine {
     #[wasm_bindgen(js_name = onStatus)]
     pub fn on_status(&self, callback: Function) -> Result<f64, JsValue> {
         let id = self.engine()?.on_status(move |s| {
-            let _ = callback.call1(&JsValue::NULL, &serde_to_js(&s));
+            let _ = callback.call1(&JsValue::NULL, &record_to_js(&s));
         });
         Ok(id as f64)
     }
@@ -751,12 +761,12 @@ impl WebEngine {
     /// `sync()` of JavaScript, as a Rust future (what the browser tests await).
     pub async fn sync(&self) -> Result<JsValue, JsValue> {
         let report = self.engine()?.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(err)?;
-        Ok(serde_to_js(&report))
+        Ok(record_to_js(&report))
     }
 
     /// `relayStatuses()` of JavaScript, as a Rust future (what the browser tests await).
     pub async fn relay_statuses(&self) -> Result<JsValue, JsValue> {
-        Ok(serde_to_js(&self.engine()?.relay_statuses().await.map_err(err)?))
+        Ok(record_to_js(&self.engine()?.relay_statuses().await.map_err(err)?))
     }
 
     /// `getBlob()` of JavaScript, as a Rust future (what the browser tests await).
@@ -789,7 +799,7 @@ impl WebEngine {
             )
             .await
             .map_err(err)?;
-        Ok(serde_to_js(&report))
+        Ok(record_to_js(&report))
     }
 
     /// `confirmRekey()` of JavaScript, as a Rust future (what the browser tests await).
@@ -799,7 +809,7 @@ impl WebEngine {
             .once_async(request_id.as_deref(), |id| e.confirm_rekey_request(id), || e.sync(SyncTrigger::Manual))
             .await
             .map_err(err)?;
-        Ok(serde_to_js(&report))
+        Ok(record_to_js(&report))
     }
 
     /// `flush()` of JavaScript, as a Rust future (what the browser tests await).
@@ -813,14 +823,14 @@ impl WebEngine {
 pub(crate) fn forward_changes(engine: &crate::engine::Engine, callback: Function) -> u64 {
     engine.subscribe(None, move |e| {
         // A change event names every row it touched: thousands after a bulk write or a page.
-        let _ = callback.call1(&JsValue::NULL, &serde_to_js(e));
+        let _ = callback.call1(&JsValue::NULL, &record_to_js(e));
     })
 }
 
 /// Calls `callback(progress)` during `engine`'s pulls (`Engine.onProgress`).
 pub(crate) fn forward_progress(engine: &crate::engine::Engine, callback: Function) -> u64 {
     engine.on_progress(move |p| {
-        let _ = callback.call1(&JsValue::NULL, &serde_to_js(p));
+        let _ = callback.call1(&JsValue::NULL, &record_to_js(p));
     })
 }
 
@@ -833,18 +843,18 @@ pub fn wipe_database(db_name: String) -> Result<(), JsValue> {
 }
 
 fn held_to_js(held: &[crate::store::inbox::HeldEvent]) -> JsValue {
-    #[derive(serde::Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Held<'a> {
-        event_id: &'a str,
-        relay: &'a str,
-        reason: &'a str,
-        detail: &'a str,
-        at: Option<i64>,
+    struct Held<'a>(&'a crate::store::inbox::HeldEvent);
+    impl ToJson for Held<'_> {
+        fn write_json(&self, out: &mut String) {
+            let h = self.0;
+            ObjectWriter::new(out)
+                .member("eventId", &h.event_id)
+                .member("relay", &h.relay)
+                .member("reason", &h.reason)
+                .member("detail", &h.detail)
+                .member("at", &h.at)
+                .end();
+        }
     }
-    let v: Vec<Held<'_>> = held
-        .iter()
-        .map(|h| Held { event_id: &h.event_id, relay: &h.relay, reason: &h.reason, detail: &h.detail, at: h.at })
-        .collect();
-    serde_to_js(&v)
+    record_to_js(&held.iter().map(Held).collect::<Vec<_>>())
 }

@@ -4,7 +4,7 @@
 use js_sys::{Array, Uint8Array};
 use wasm_bindgen::prelude::*;
 
-use super::convert::{from_js, serde_to_js, to_js, to_json};
+use super::convert::{from_js, record_to_js, to_js, to_json};
 use super::errors::{js_error, ErrorCode};
 use crate::protocol::blob::{BlobManifest, BlobOptions};
 use crate::protocol::entropy::OsEntropy;
@@ -100,7 +100,7 @@ pub fn encrypt_payload_js(identity: &IdentityHandle, meta: JsValue, payload: JsV
         stream_id: m.stream_id,
     };
     let env = encrypt_payload(&identity.0, &meta, &payload, &mut OsEntropy).map_err(|e| bad("CRYPTO", e))?;
-    Ok(serde_to_js(&env))
+    Ok(record_to_js(&env))
 }
 
 /// Opens an envelope and returns its payload; throws `CRYPTO` on a foreign owner or tampering.
@@ -130,7 +130,7 @@ pub fn encrypt_blob_js(
         chunks.push(&o.into());
     }
     let out = js_sys::Object::new();
-    let _ = js_sys::Reflect::set(&out, &"manifest".into(), &serde_to_js(&sealed.manifest));
+    let _ = js_sys::Reflect::set(&out, &"manifest".into(), &record_to_js(&sealed.manifest));
     let _ = js_sys::Reflect::set(&out, &"chunks".into(), &chunks);
     Ok(out.into())
 }
