@@ -142,6 +142,22 @@ pub fn write_number(x: f64, out: &mut String) {
         let _ = write!(out, "{}", x as u64);
         return;
     }
+    write_positive(x, out);
+}
+
+/// A positive finite double that is not a small integer, in the browser: by JavaScript's own
+/// `Number.prototype.toString`, which is the definition of this format, so the module carries
+/// no shortest-digits code of its own (the canonical corpus and the number tests run in
+/// Chromium too).
+#[cfg(target_arch = "wasm32")]
+fn write_positive(x: f64, out: &mut String) {
+    let text = js_sys::Number::from(x).to_string(10).expect("radix 10 is in range");
+    out.push_str(&String::from(text));
+}
+
+/// …and natively, by ryu's shortest digits laid out as ECMA-262's `Number::toString` lays them.
+#[cfg(not(target_arch = "wasm32"))]
+fn write_positive(x: f64, out: &mut String) {
     let mut buf = ryu::Buffer::new();
     let (digits, n) = shortest_digits(buf.format_finite(x));
     let k = digits.len() as i32;
@@ -172,6 +188,7 @@ pub fn write_number(x: f64, out: &mut String) {
 
 /// Splits ryu's shortest representation of a positive double into its significant digits
 /// (no leading or trailing zeros) and `n`, the position of the decimal point relative to them.
+#[cfg(not(target_arch = "wasm32"))]
 fn shortest_digits(text: &str) -> (String, i32) {
     let (mantissa, exp) = match text.split_once(['e', 'E']) {
         Some((m, e)) => (m, e.parse::<i32>().expect("ryu writes integer exponents")),

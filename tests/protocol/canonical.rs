@@ -37,6 +37,27 @@ fn numbers_are_written_like_number_to_string() {
     }
 }
 
+/// Random doubles of every magnitude: each is written in the form `Number::toString` gives its
+/// exponent (plain digits from 1e-6 below 1e21, exponent form outside) and reads back to itself.
+/// In Chromium this checks JavaScript's own writer as the module uses it, natively ryu's layout.
+#[test]
+fn random_doubles_are_written_in_javascripts_form_and_read_back_exactly() {
+    let mut rng = crate::Rng(0x5eed_0f_d0_b1e5);
+    for _ in 0..20_000 {
+        let x = f64::from_bits(rng.next());
+        if !x.is_finite() {
+            continue;
+        }
+        let text = format_number(x);
+        let back: f64 = text.parse().unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(back == x || (x == 0.0 && back == 0.0), "{x:e} was written {text}");
+        let magnitude = x.abs();
+        let exponent_form = magnitude != 0.0 && !(1e-6..1e21).contains(&magnitude);
+        assert_eq!(text.contains('e'), exponent_form, "{x:e} was written {text}");
+        assert!(!text.ends_with(".0") && !text.contains("e+0") || text == "0", "{text}");
+    }
+}
+
 #[test]
 fn numeric_looking_keys_sort_as_strings() {
     let v = parse_json(r#"{"2":0,"10":0,"1":0,"a":0,"":0,"-1":0}"#).unwrap();
