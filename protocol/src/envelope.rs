@@ -138,7 +138,7 @@ pub const fn base64url_len(n: usize) -> usize {
 pub fn json_text_len(s: &str) -> usize {
     let bytes = s.as_bytes();
     let (mut len, mut at) = (bytes.len() + 2, 0);
-    while let Some(n) = super::scan::first_special(&bytes[at..]) {
+    while let Some(n) = simplysync_json::scan::first_special(&bytes[at..]) {
         len += usize::from(JSON_TEXT_LEN[usize::from(bytes[at + n])]) - 1;
         at += n + 1;
     }

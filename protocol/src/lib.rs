@@ -10,20 +10,16 @@
 //! [`blob`] seals large binaries outside the log.
 
 pub mod base64url;
+pub use simplysync_json::{canonical, json, json_parse};
 mod bip39_english;
 pub mod blob;
-pub mod canonical;
-mod decimal;
 pub mod entropy;
 pub mod envelope;
 pub mod hlc;
 pub mod identity;
-pub mod json;
 pub mod json_fields;
-pub mod json_parse;
 pub mod json_write;
 pub mod payload;
-mod scan;
 pub mod sealed_box;
 pub mod time;
 pub mod wire;

@@ -28,7 +28,7 @@ fn any_special(word: u64) -> bool {
 
 /// The index of the first special byte in `bytes` (see [`is_special`]).
 #[inline]
-pub(crate) fn first_special(bytes: &[u8]) -> Option<usize> {
+pub fn first_special(bytes: &[u8]) -> Option<usize> {
     let mut i = 0;
     while let Some(chunk) = bytes.get(i..i + 8) {
         let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));

@@ -151,7 +151,7 @@ pub fn write_number(x: f64, out: &mut String) {
 /// Chromium too).
 #[cfg(target_arch = "wasm32")]
 fn write_positive(x: f64, out: &mut String) {
-    let text = js_sys::Number::from(x).to_string(10).expect("radix 10 is in range");
+    let text = js_sys::Number::from(x).to_string_with_radix(10).expect("radix 10 is in range");
     out.push_str(&String::from(text));
 }
 
