@@ -13,7 +13,7 @@
 // function would cost more than the whole check): a getter could answer differently the second
 // time, but what reaches the worker is a structured clone, which has no getters.
 
-const MAX_DEPTH = 128; // the engine's parser's bound (protocol/src/json_parse.rs)
+const MAX_DEPTH = 128; // the engine's parser's bound (json/src/json_parse.rs)
 
 function plain(value, depth) {
   switch (typeof value) {

@@ -78,8 +78,9 @@ mod tests {
     }
 
     #[test]
-    fn aes_256_gcm_matches_the_nist_vector_and_refuses_a_changed_byte() {
-        // NIST SP 800-38D test case 16 (AES-256, 96-bit IV, 60-byte plaintext, 20-byte AAD).
+    fn aes_256_gcm_matches_the_gcm_specifications_vector_and_refuses_a_changed_byte() {
+        // Test case 16 of McGrew and Viega's GCM specification (the one NIST's validation
+        // vectors start from): AES-256, 96-bit IV, 60-byte plaintext, 20-byte AAD.
         let key: [u8; 32] = hex("feffe9928665731c6d6a8f9467308308feffe9928665731c6d6a8f9467308308").try_into().unwrap();
         let nonce: [u8; 12] = hex("cafebabefacedbaddecaf888").try_into().unwrap();
         let plain = hex("d9313225f88406e5a55909c5aff5269a86a7a9531534f7da2e4c303d8a318a721c3c0c95956809532fcf0e2449a6b525b16aedf5aa0de657ba637b39");

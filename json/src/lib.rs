@@ -12,4 +12,5 @@ pub mod canonical;
 mod decimal;
 pub mod json;
 pub mod json_parse;
+#[doc(hidden)] // for the protocol's envelope check, not an API of this crate
 pub mod scan;

@@ -6,8 +6,9 @@
 //! way instead of through serde's derived serializers: each derived serializer was its own code
 //! in the npm package, while these few functions serve every type. The text is what
 //! `serde_json::to_string` writes for the same type (members in declaration order, strings
-//! escaped alike), except that a non-integral `f64` is written as JavaScript writes it (`1`,
-//! not serde's `1.0`), which reads back to the same number; tests hold each type to serde's text.
+//! escaped alike), except that an `f64` is written as JavaScript writes it, which can differ
+//! from serde's text for the same number (`1` for serde's `1.0`, `0.000005` for its `5e-6`);
+//! tests hold each type to serde's text, and its doubles to the same numbers.
 
 use super::canonical::{write_number, write_str_literal};
 use super::json::Json;

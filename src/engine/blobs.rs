@@ -62,10 +62,10 @@ impl Engine {
             .execute(params![c.hash, m.blob_id, i as i64, c.bytes])?;
         }
         let table = self.table(BLOB_TABLE)?;
-        // Through the text, as every other JSON in the module: a manifest always serializes,
-        // and serde_json's own value type then stays out of the package.
+        // Through the text, as every other JSON in the module: the manifest's members become
+        // the row's columns by name.
         let text = m.to_json_text();
-        let fields = crate::protocol::json_parse::parse_json(&text).expect("serde_json writes JSON");
+        let fields = crate::protocol::json_parse::parse_json(&text).expect("ToJson writes JSON");
         let mut values = Vec::with_capacity(table.columns.len());
         for c in &table.columns {
             values.push(to_sql(BLOB_TABLE, &c.name, c.column_type, fields.get(&c.name).unwrap_or(&Json::Null))?);
