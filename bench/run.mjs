@@ -53,7 +53,7 @@ const seedCount = arg('only', '') && arg('only', '') !== 'restore' ? 1 : events;
 console.error(`seeding ${seedCount} events…`);
 const t0 = Date.now();
 const seeded = JSON.parse(sh(path.join(target, 'release/examples/bench_seed'), [relay, String(seedCount)]));
-console.error(`seeded ${seeded.events} events in ${Date.now() - t0} ms`);
+console.error(`seeded ${seeded.events} events in ${Date.now() - t0} ms (the engine's sync: seal + push, ${seeded.syncMs} ms)`);
 const latencySecret = `sf1_${randomBytes(32).toString('base64url')}`;
 
 // Serve bench/ (page, worker, bench wasm).

@@ -1,5 +1,7 @@
 //! Fills a relay with `N` real events for a fresh owner (for the restore benchmark) and prints
-//! `{"secret": …, "events": N}`. `cargo run --release --example bench_seed -- RELAY_URL N`
+//! `{"secret": …, "events": N, "syncMs": …}`.
+//! `cargo run --release --example bench_seed -- RELAY_URL N [RTT_MS]`: with `RTT_MS`, every
+//! request waits that long before it is sent, as a device that far from its relay would.
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
@@ -13,17 +15,34 @@ fn main() {}
 mod native {
     use std::rc::Rc;
 
+    use simplysync::engine::io::{HttpRequest, HttpResponse, LocalFuture, Transport, TransportError};
     use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
     use simplysync::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
     use simplysync::native::{HttpTransport, SystemClock};
     use simplysync::protocol::entropy::OsEntropy;
     use simplysync::protocol::{create_recovery_key, Json};
 
+    /// The real transport, each request held back by a round trip's time.
+    struct Distant {
+        inner: HttpTransport,
+        rtt_ms: u64,
+    }
+
+    impl Transport for Distant {
+        fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
+            Box::pin(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(self.rtt_ms)).await;
+                self.inner.send(req).await
+            })
+        }
+    }
+
     #[tokio::main(flavor = "current_thread")]
     pub async fn main() {
         let args: Vec<String> = std::env::args().collect();
         let relay = args.get(1).expect("usage: bench_seed RELAY_URL N").clone();
         let n: u32 = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(100_000);
+        let rtt_ms: u64 = args.get(3).and_then(|s| s.parse().ok()).unwrap_or(0);
         let secret = create_recovery_key(&mut OsEntropy).unwrap();
         let schema = SchemaDef {
             schema_version: 1,
@@ -37,7 +56,7 @@ mod native {
             }],
         };
         let env = Env {
-            transport: Rc::new(HttpTransport::new().unwrap()),
+            transport: Rc::new(Distant { inner: HttpTransport::new().unwrap(), rtt_ms }),
             clock: Rc::new(SystemClock),
             entropy: Box::new(OsEntropy),
         };
@@ -57,9 +76,13 @@ mod native {
                 .collect();
             engine.transaction(&ops).unwrap();
         }
+        // The sync seals the events and pushes them (BENCHMARKS.md reports its time as the
+        // native engine's push of a backlog).
+        let started = std::time::Instant::now();
         let report = engine.sync(SyncTrigger::Manual).await.unwrap();
+        let sync_ms = started.elapsed().as_secs_f64() * 1000.0;
         let r = &report.relays[0];
         assert!(r.error.is_none(), "seeding failed: {:?}", r.error);
-        println!("{}", serde_json::json!({ "secret": secret, "events": r.pushed }));
+        println!("{}", serde_json::json!({ "secret": secret, "events": r.pushed, "syncMs": sync_ms.round() }));
     }
 }

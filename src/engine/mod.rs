@@ -36,6 +36,7 @@ mod relay_api;
 mod relay_set;
 mod reports_json;
 mod requests;
+mod sent_ahead;
 mod sorted;
 mod sync;
 

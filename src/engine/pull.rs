@@ -11,13 +11,11 @@
 //! `/v1/status` answers 404 too.
 
 use std::collections::HashSet;
-use std::future::poll_fn;
-use std::task::Poll;
 
 use super::apply::{quarantine_reason, ApplyRun, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
-use super::io::LocalFuture;
 use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
+use super::sent_ahead::SentAhead;
 use super::sync::{PassError, RelayPassReport, BATCH};
 use super::Engine;
 use crate::protocol::identity::sha256_base64url;
@@ -65,32 +63,23 @@ fn cursor_failure(code: &str, message: String) -> PassError {
     RelayFailure::detected(200, code, message).into()
 }
 
-/// A pull request sent ahead: started (polled once: a browser's fetch is then on its way)
-/// before the current page is applied, awaited when the loop gets to it; dropped (aborted)
-/// otherwise.
+/// A pull request sent ahead, before the current page is applied; awaited when the loop gets
+/// to it, dropped (aborted) otherwise.
 struct Ahead<'a> {
     after: String,
     limit: u32,
-    request: LocalFuture<'a, Result<PullAnswer, RelayFailure>>,
-    answered: Option<Result<PullAnswer, RelayFailure>>,
+    request: SentAhead<'a, Result<PullAnswer, RelayFailure>>,
 }
 
 impl<'a> Ahead<'a> {
     async fn start(api: &'a RelayApi<'a>, after: String, limit: u32) -> Ahead<'a> {
         let cursor = after.clone();
-        let mut request: LocalFuture<'a, _> = Box::pin(async move { api.pull(&cursor, limit).await });
-        let answered = match poll_fn(|cx| Poll::Ready(request.as_mut().poll(cx))).await {
-            Poll::Ready(answer) => Some(answer),
-            Poll::Pending => None,
-        };
-        Ahead { after, limit, request, answered }
+        let request = SentAhead::start(async move { api.pull(&cursor, limit).await }).await;
+        Ahead { after, limit, request }
     }
 
     async fn finish(self) -> Result<PullAnswer, RelayFailure> {
-        match self.answered {
-            Some(answer) => answer,
-            None => self.request.await,
-        }
+        self.request.finish().await
     }
 }
 

@@ -2,16 +2,36 @@
 //! [`BATCH`] events and [`MAX_PUSH_BYTES`] per request, and are recorded as acknowledged only
 //! when the relay's answer accounts for every one of them.
 //!
+//! A backlog goes out with two pushes in flight: once the relay accepted a push in this pass,
+//! the next batch is sent while the previous one is answered, so the relay parses and checks
+//! one push while it commits the other, and a device far from its relay waits one round trip
+//! per two batches. Each push is still acknowledged on its own answer, in order. The pass's
+//! first push goes alone (it may register the owner, and it finds the relay's limits).
+//!
 //! A relay with smaller limits answers 413: the batch is halved; a single event it still
 //! refuses is *set aside* for that relay (kept in the outbox, with the reason in the status)
-//! and the push goes on with the next one. `413 quota_exceeded`, and an answer whose counts do
-//! not add up, end the push (the pass still pulls).
+//! and the push goes on with the next one. After a 413 the pushes go one at a time again until
+//! one is accepted. `413 quota_exceeded`, and an answer whose counts do not add up, end the
+//! push (the pass still pulls); a push sent ahead is then dropped unacknowledged, and its
+//! events go again in a later pass (the relay counts them as duplicates if it stored them).
 
-use super::relay_api::RelayFailure;
+use super::relay_api::{RelayApi, RelayFailure};
+use super::sent_ahead::SentAhead;
 use super::sync::{PassError, RelayPassReport, BATCH, MAX_PUSH_BYTES};
 use super::Engine;
+use crate::protocol::wire::PushResponse;
+use crate::store::outbox::{self, Outgoing};
 use crate::store::set_aside::{self, Kind};
-use crate::store::{outbox, system};
+use crate::store::system;
+
+/// A push on its way: its batch and the relay's answer to come.
+struct Push<'a> {
+    request: SentAhead<'a, (Vec<Outgoing>, Result<PushResponse, RelayFailure>)>,
+    /// Outbox seq of its last event (the next batch starts after it).
+    last_seq: i64,
+    /// Sent while an earlier push was unanswered.
+    ahead: bool,
+}
 
 impl Engine {
     /// Uploads missing blob chunks, then pushes unacknowledged events.
@@ -20,31 +40,67 @@ impl Engine {
         self.push_events(url, report).await
     }
 
+    /// Sends the next batch after outbox seq `after`; `None` when there is none, or when the
+    /// relay's time in this pass is up (then the report says `more`).
+    async fn send_push<'a>(
+        &self,
+        api: &'a RelayApi<'a>,
+        url: &str,
+        after: i64,
+        limit: u32,
+        sent: &mut u32,
+        report: &mut RelayPassReport,
+    ) -> Result<Option<Push<'a>>, PassError> {
+        let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
+        let Some(last_seq) = batch.last().map(|o| o.seq) else { return Ok(None) };
+        if *sent > 0 && self.now() >= report.deadline_ms {
+            // This relay's time in the pass is up: the rest goes in the next pass.
+            report.more = true;
+            return Ok(None);
+        }
+        *sent += 1;
+        let request = SentAhead::start(async move {
+            let answer = api.push(batch.iter().map(|o| o.envelope.as_str())).await;
+            (batch, answer)
+        })
+        .await;
+        Ok(Some(Push { request, last_seq, ahead: false }))
+    }
+
     async fn push_events(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
         let identity = self.identity();
         let api = self.api(url, &identity);
-        let (mut limit, mut after, mut requests) = (BATCH, 0i64, 0u32);
+        // `after`: the last outbox seq the relay answered for (or that was set aside).
+        let (mut limit, mut after, mut sent) = (BATCH, 0i64, 0u32);
+        let mut next: Option<Push<'_>> = None;
+        // Whether the relay accepted a push since this pass began or since its last 413.
+        let mut accepting = false;
         loop {
-            let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
-            if batch.is_empty() {
-                return Ok(());
+            let current = match next.take() {
+                Some(push) => push,
+                None => match self.send_push(&api, url, after, limit, &mut sent, report).await? {
+                    Some(push) => push,
+                    None => return Ok(()),
+                },
+            };
+            if accepting {
+                // The next batch goes now, while this one is answered.
+                next = self.send_push(&api, url, current.last_seq, limit, &mut sent, report).await?;
+                if let Some(push) = next.as_mut() {
+                    push.ahead = true;
+                }
             }
-            if requests > 0 && self.now() >= report.deadline_ms {
-                // This relay's time in the pass is up: the rest goes in the next pass.
-                report.more = true;
-                return Ok(());
-            }
-            requests += 1;
-            let envelopes: Vec<String> = batch.iter().map(|o| o.envelope.clone()).collect();
-            match api.push(&envelopes).await {
+            let ahead = current.ahead;
+            let (batch, answer) = current.request.finish().await;
+            match answer {
                 Ok(resp) => {
-                    let sent = batch.len() as u64;
-                    if resp.accepted.checked_add(resp.duplicate) != Some(sent) {
+                    let count = batch.len() as u64;
+                    if resp.accepted.checked_add(resp.duplicate) != Some(count) {
                         return Err(RelayFailure::detected(
                             200,
                             "push_mismatch",
                             format!(
-                                "pushed {sent} events but the relay counted {} accepted + {} duplicate; \
+                                "pushed {count} events but the relay counted {} accepted + {} duplicate; \
                                  none of them is marked delivered (they are pushed again later)",
                                 resp.accepted, resp.duplicate
                             ),
@@ -59,12 +115,18 @@ impl Engine {
                         system::meta_set(tx, &format!("push:{url}"), &now.to_string())?;
                         Ok(())
                     })?;
-                    report.pushed += sent;
+                    report.pushed += count;
                     if resp.forged > 0 {
                         report.forged += resp.forged;
                         self.with_relay(url, |r| r.forged += resp.forged);
                     }
+                    accepting = true;
+                    continue;
                 }
+                // A push sent ahead that got no answer (its deadline may have run while the
+                // relay worked on the one before): sent again, alone, before the push counts
+                // as failed.
+                Err(RelayFailure::Network(_)) if ahead => {}
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
                 // It refuses this one event on its own: set it aside for this relay, go on.
@@ -78,6 +140,10 @@ impl Engine {
                 }
                 Err(f) => return Err(f.into()),
             }
+            // The push was not accepted: what was sent after it is dropped (aborted, or
+            // answered unread — its events are sent again) and the next goes alone.
+            next = None;
+            accepting = false;
         }
     }
 }

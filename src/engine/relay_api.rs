@@ -226,9 +226,9 @@ impl<'a> RelayApi<'a> {
     }
 
     /// `POST /v1/events` with envelopes already serialized as JSON.
-    pub async fn push(&self, envelopes: &[String]) -> Result<PushResponse, RelayFailure> {
+    pub async fn push<'e>(&self, envelopes: impl IntoIterator<Item = &'e str>) -> Result<PushResponse, RelayFailure> {
         let mut body = format!("{{\"ownerId\":{},\"events\":[", self.owner_json());
-        for (i, e) in envelopes.iter().enumerate() {
+        for (i, e) in envelopes.into_iter().enumerate() {
             if i > 0 {
                 body.push(',');
             }

@@ -373,3 +373,90 @@ async fn a_page_request_sent_ahead_that_got_no_answer_is_asked_again_at_once() {
     assert_eq!(b.net.started("GET", "after=1000"), 2, "asked again once");
     assert_eq!(b.status(0).state, RelayState::Synced);
 }
+
+/// A device with `todos` rows written and not yet pushed.
+fn device_with_a_backlog(relay: &TestRelay, todos: usize) -> Device {
+    let d = Device::new(&phrase(), &[&relay.url]);
+    let ops: Vec<Op> =
+        (0..todos).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i}"), "x") }).collect();
+    d.engine.transaction(&ops).unwrap();
+    d
+}
+
+#[tokio::test]
+async fn a_backlog_goes_out_with_the_next_push_sent_before_the_previous_one_is_answered() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 3500);
+    // At each push's answer, how many pushes had been started.
+    let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
+    let (net, record) = (Rc::downgrade(&d.net), seen.clone());
+    *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, resp| {
+        if is_push(req) {
+            record.borrow_mut().push(net.upgrade().unwrap().started("POST", "/v1/events"));
+        }
+        resp
+    }));
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{r:?}");
+    assert_eq!(
+        *seen.borrow(),
+        vec![1, 3, 4, 4],
+        "the first push alone; the third sent before the second was answered, the fourth before the third"
+    );
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 3500);
+    assert_eq!(d.status(0).pending, 0);
+}
+
+#[tokio::test]
+async fn a_push_sent_ahead_that_got_no_answer_is_sent_again_alone_and_nothing_is_lost() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 3500);
+    // The third push (the first sent ahead) gets no answer once.
+    let pushes = Rc::new(std::cell::Cell::new(0));
+    let counted = pushes.clone();
+    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
+        matches: Box::new(move |r| {
+            if is_push(r) {
+                counted.set(counted.get() + 1);
+            }
+            is_push(r) && counted.get() == 3
+        }),
+        respond: Box::new(|_| Err(TransportError("the relay did not answer in time (injected)".into()))),
+        times: Some(1),
+    });
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{r:?}");
+    // 1, 2, 3 (no answer), 4 (sent ahead, dropped with it), then 3 alone and 4.
+    assert_eq!(d.net.started("POST", "/v1/events"), 6);
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 3500);
+    assert_eq!(d.status(0).pending, 0);
+    assert_eq!(d.status(0).state, RelayState::Synced);
+}
+
+#[tokio::test]
+async fn a_failed_push_ends_the_push_with_nothing_after_it_marked_delivered() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 3500);
+    // The second push (the first with another sent after it) is refused.
+    let pushes = Rc::new(std::cell::Cell::new(0));
+    let counted = pushes.clone();
+    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
+        matches: Box::new(move |r| {
+            if is_push(r) {
+                counted.set(counted.get() + 1);
+            }
+            is_push(r) && counted.get() == 2
+        }),
+        respond: Box::new(|_| {
+            Ok(HttpResponse::new(503, r#"{"error":"unavailable","message":"injected"}"#.as_bytes().to_vec()))
+        }),
+        times: Some(1),
+    });
+    let r = d.sync().await;
+    assert_eq!(r.relays[0].pushed, 1000, "{r:?}");
+    assert!(r.relays[0].error.is_some(), "{r:?}");
+    assert_eq!(d.status(0).pending, 2500, "the push sent ahead is not counted as delivered, stored or not");
+    d.sync().await;
+    assert_eq!(d.status(0).pending, 0);
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 3500);
+}
