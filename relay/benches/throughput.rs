@@ -225,7 +225,8 @@ async fn main() {
     // Cases: owners, events per owner, events per push, pushes in flight per owner. The engine
     // keeps two pushes in flight while it works through a backlog (src/engine/push.rs); one in
     // flight is how every earlier round measured.
-    let cases = [(1usize, 100_000usize, BATCH, 1usize), (1, 100_000, BATCH, 2), (16, 10_000, BATCH, 1), (16, 2_000, 10, 1)];
+    let cases =
+        [(1usize, 100_000usize, BATCH, 1usize), (1, 100_000, BATCH, 2), (16, 10_000, BATCH, 1), (16, 2_000, 10, 1)];
     let only: Option<usize> = std::env::var("BENCH_CASE").ok().and_then(|c| c.parse().ok());
     for (case, &(owners, per_owner, batch, in_flight)) in cases.iter().enumerate() {
         if only.is_some_and(|c| c != case) {

@@ -14,6 +14,7 @@
 //! one is accepted. `413 quota_exceeded`, and an answer whose counts do not add up, end the
 //! push (the pass still pulls); a push sent ahead is then dropped unacknowledged, and its
 //! events go again in a later pass (the relay counts them as duplicates if it stored them).
+//! A push sent ahead that fails itself is sent again alone before its failure counts.
 
 use super::relay_api::{RelayApi, RelayFailure};
 use super::sent_ahead::SentAhead;
@@ -123,10 +124,10 @@ impl Engine {
                     accepting = true;
                     continue;
                 }
-                // A push sent ahead that got no answer (its deadline may have run while the
-                // relay worked on the one before): sent again, alone, before the push counts
-                // as failed.
-                Err(RelayFailure::Network(_)) if ahead => {}
+                // A push sent ahead that failed — no answer (its deadline may have run while the
+                // relay worked on the one before), or refused (a relay at its limit of requests
+                // in flight answers 503) — is sent again, alone, before the push counts as failed.
+                Err(_) if ahead => {}
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
                 // It refuses this one event on its own: set it aside for this relay, go on.

@@ -408,29 +408,39 @@ async fn a_backlog_goes_out_with_the_next_push_sent_before_the_previous_one_is_a
 }
 
 #[tokio::test]
-async fn a_push_sent_ahead_that_got_no_answer_is_sent_again_alone_and_nothing_is_lost() {
-    let relay = TestRelay::start();
-    let d = device_with_a_backlog(&relay, 3500);
-    // The third push (the first sent ahead) gets no answer once.
-    let pushes = Rc::new(std::cell::Cell::new(0));
-    let counted = pushes.clone();
-    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
-        matches: Box::new(move |r| {
-            if is_push(r) {
-                counted.set(counted.get() + 1);
-            }
-            is_push(r) && counted.get() == 3
-        }),
-        respond: Box::new(|_| Err(TransportError("the relay did not answer in time (injected)".into()))),
-        times: Some(1),
-    });
-    let r = d.sync().await;
-    assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{r:?}");
-    // 1, 2, 3 (no answer), 4 (sent ahead, dropped with it), then 3 alone and 4.
-    assert_eq!(d.net.started("POST", "/v1/events"), 6);
-    assert_eq!(relay.events_of(&d.engine.owner_id()), 3500);
-    assert_eq!(d.status(0).pending, 0);
-    assert_eq!(d.status(0).state, RelayState::Synced);
+async fn a_push_sent_ahead_that_failed_is_sent_again_alone_and_nothing_is_lost() {
+    let no_answer: fn() -> Result<HttpResponse, TransportError> =
+        || Err(TransportError("the relay did not answer in time (injected)".into()));
+    let busy: fn() -> Result<HttpResponse, TransportError> = || {
+        Ok(HttpResponse::new(
+            503,
+            r#"{"error":"overloaded","message":"too many requests in flight"}"#.as_bytes().to_vec(),
+        ))
+    };
+    for (failure, respond) in [("no answer", no_answer), ("503", busy)] {
+        let relay = TestRelay::start();
+        let d = device_with_a_backlog(&relay, 3500);
+        // The third push (the first sent ahead) fails once.
+        let pushes = Rc::new(std::cell::Cell::new(0));
+        let counted = pushes.clone();
+        d.net.faults.borrow_mut().push_back(crate::harness::Fault {
+            matches: Box::new(move |r| {
+                if is_push(r) {
+                    counted.set(counted.get() + 1);
+                }
+                is_push(r) && counted.get() == 3
+            }),
+            respond: Box::new(move |_| respond()),
+            times: Some(1),
+        });
+        let r = d.sync().await;
+        assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{failure}: {r:?}");
+        // 1, 2, 3 (failed), 4 (sent ahead, dropped with it), then 3 alone and 4.
+        assert_eq!(d.net.started("POST", "/v1/events"), 6, "{failure}");
+        assert_eq!(relay.events_of(&d.engine.owner_id()), 3500, "{failure}");
+        assert_eq!(d.status(0).pending, 0, "{failure}");
+        assert_eq!(d.status(0).state, RelayState::Synced, "{failure}");
+    }
 }
 
 #[tokio::test]
