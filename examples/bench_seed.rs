@@ -22,7 +22,9 @@ mod native {
     use simplysync::protocol::entropy::OsEntropy;
     use simplysync::protocol::{create_recovery_key, Json};
 
-    /// The real transport, each request held back by a round trip's time.
+    /// The real transport, each request held back by a round trip's time. Like the real
+    /// transport's, each request (its wait included) runs as a task of its own, so requests in
+    /// flight wait at the same time, as they would on a network.
     struct Distant {
         inner: HttpTransport,
         rtt_ms: u64,
@@ -30,10 +32,12 @@ mod native {
 
     impl Transport for Distant {
         fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
-            Box::pin(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(self.rtt_ms)).await;
-                self.inner.send(req).await
-            })
+            let (request, rtt) = (self.inner.clone().request(req), std::time::Duration::from_millis(self.rtt_ms));
+            let task = tokio::spawn(async move {
+                tokio::time::sleep(rtt).await;
+                request.await
+            });
+            Box::pin(async move { task.await.unwrap_or_else(|e| Err(TransportError(e.to_string()))) })
         }
     }
 
@@ -55,11 +59,12 @@ mod native {
                 ],
             }],
         };
-        let env = Env {
-            transport: Rc::new(Distant { inner: HttpTransport::new().unwrap(), rtt_ms }),
-            clock: Rc::new(SystemClock),
-            entropy: Box::new(OsEntropy),
+        let transport: Rc<dyn Transport> = if rtt_ms == 0 {
+            Rc::new(HttpTransport::new().unwrap())
+        } else {
+            Rc::new(Distant { inner: HttpTransport::new().unwrap(), rtt_ms })
         };
+        let env = Env { transport, clock: Rc::new(SystemClock), entropy: Box::new(OsEntropy) };
         let conn = simplysync::store::open_memory().unwrap();
         let engine = Engine::open(conn, EngineConfig::new(secret.clone(), vec![relay], schema), env).unwrap();
         for start in (0..n).step_by(10_000) {

@@ -150,29 +150,29 @@ fn owner_load(events: usize, batch: usize) -> OwnerLoad {
     OwnerLoad { owner_id: id.owner_id().to_owned(), token: id.relay_auth().to_owned(), bodies, events }
 }
 
-/// Pushes one owner's bodies in order: the first alone (it registers the owner), then with up
-/// to `in_flight` requests outstanding, each sent when an earlier one was answered.
+/// Pushes one owner's bodies in order as the engine does: the first alone (it registers the
+/// owner), then with up to `in_flight` requests outstanding, the oldest awaited before the next
+/// is sent.
 async fn push_all(client: &reqwest::Client, urls: &Urls, load: &OwnerLoad, in_flight: usize) {
     let send = |body: &String| {
         let url = urls.next();
         let request = client.post(format!("{url}/v1/events")).bearer_auth(&load.token).body(body.clone());
-        async move {
+        tokio::spawn(async move {
             let r = request.send().await.unwrap();
             assert_eq!(r.status(), 200);
-        }
+        })
     };
-    // (Each request is built before it is spawned: the task owns everything it sends.)
     let Some((first, rest)) = load.bodies.split_first() else { return };
-    send(first).await;
-    let mut outstanding = tokio::task::JoinSet::new();
+    send(first).await.unwrap();
+    let mut outstanding: std::collections::VecDeque<tokio::task::JoinHandle<()>> = std::collections::VecDeque::new();
     for body in rest {
         if outstanding.len() >= in_flight {
-            outstanding.join_next().await.unwrap().unwrap();
+            outstanding.pop_front().unwrap().await.unwrap();
         }
-        outstanding.spawn(send(body));
+        outstanding.push_back(send(body));
     }
-    while let Some(done) = outstanding.join_next().await {
-        done.unwrap();
+    for answer in outstanding {
+        answer.await.unwrap();
     }
 }
 

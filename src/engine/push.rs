@@ -14,7 +14,8 @@
 //! one is accepted. `413 quota_exceeded`, and an answer whose counts do not add up, end the
 //! push (the pass still pulls); a push sent ahead is then dropped unacknowledged, and its
 //! events go again in a later pass (the relay counts them as duplicates if it stored them).
-//! A push sent ahead that fails itself is sent again alone before its failure counts.
+//! A push sent ahead that fails itself is sent again alone before its failure counts, and the
+//! rest of the pass sends one push at a time.
 
 use super::relay_api::{RelayApi, RelayFailure};
 use super::sent_ahead::SentAhead;
@@ -24,6 +25,24 @@ use crate::protocol::wire::PushResponse;
 use crate::store::outbox::{self, Outgoing};
 use crate::store::set_aside::{self, Kind};
 use crate::store::system;
+
+/// Why a push is sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sending {
+    /// The next batch, once the previous push was answered.
+    Next,
+    /// The next batch, before the previous push was answered.
+    Ahead,
+    /// A failed push sent ahead, again and alone.
+    Again,
+}
+
+/// Which events a push takes: at most `limit`, those after outbox seq `after`.
+#[derive(Debug, Clone, Copy)]
+struct Take {
+    after: i64,
+    limit: u32,
+}
 
 /// A push on its way: its batch and the relay's answer to come.
 struct Push<'a> {
@@ -42,21 +61,25 @@ impl Engine {
     }
 
     /// Sends the next batch after outbox seq `after`; `None` when there is none, or when the
-    /// relay's time in this pass is up (then the report says `more`).
+    /// relay's time in this pass is up (then, for a push that is not sent ahead, the report
+    /// says `more`). A failed push sent ahead is sent again even then: it was already started.
     async fn send_push<'a>(
         &self,
         api: &'a RelayApi<'a>,
         url: &str,
-        after: i64,
-        limit: u32,
+        take: Take,
+        kind: Sending,
         sent: &mut u32,
         report: &mut RelayPassReport,
     ) -> Result<Option<Push<'a>>, PassError> {
-        let batch = outbox::unacked_batch(&self.db.borrow(), url, after, limit, MAX_PUSH_BYTES)?;
+        let batch = outbox::unacked_batch(&self.db.borrow(), url, take.after, take.limit, MAX_PUSH_BYTES)?;
         let Some(last_seq) = batch.last().map(|o| o.seq) else { return Ok(None) };
-        if *sent > 0 && self.now() >= report.deadline_ms {
-            // This relay's time in the pass is up: the rest goes in the next pass.
-            report.more = true;
+        if kind != Sending::Again && *sent > 0 && self.now() >= report.deadline_ms {
+            // This relay's time in the pass is up: the rest goes in the next pass (said once
+            // the pushes in flight were answered).
+            if kind == Sending::Next {
+                report.more = true;
+            }
             return Ok(None);
         }
         *sent += 1;
@@ -65,7 +88,7 @@ impl Engine {
             (batch, answer)
         })
         .await;
-        Ok(Some(Push { request, last_seq, ahead: false }))
+        Ok(Some(Push { request, last_seq, ahead: kind == Sending::Ahead }))
     }
 
     async fn push_events(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
@@ -76,20 +99,27 @@ impl Engine {
         let mut next: Option<Push<'_>> = None;
         // Whether the relay accepted a push since this pass began or since its last 413.
         let mut accepting = false;
+        // Set when a push sent ahead failed: the rest of the pass goes one push at a time, so
+        // a relay that cannot take two at once (at its limit of requests in flight, or slower
+        // than the request's deadline for two) is not sent every other push twice.
+        let mut one_at_a_time = false;
+        let mut again = false;
         loop {
             let current = match next.take() {
                 Some(push) => push,
-                None => match self.send_push(&api, url, after, limit, &mut sent, report).await? {
-                    Some(push) => push,
-                    None => return Ok(()),
-                },
-            };
-            if accepting {
-                // The next batch goes now, while this one is answered.
-                next = self.send_push(&api, url, current.last_seq, limit, &mut sent, report).await?;
-                if let Some(push) = next.as_mut() {
-                    push.ahead = true;
+                None => {
+                    let kind = if std::mem::take(&mut again) { Sending::Again } else { Sending::Next };
+                    match self.send_push(&api, url, Take { after, limit }, kind, &mut sent, report).await? {
+                        Some(push) => push,
+                        None => return Ok(()),
+                    }
                 }
+            };
+            if accepting && !one_at_a_time {
+                // The next batch goes now, while this one is answered.
+                next = self
+                    .send_push(&api, url, Take { after: current.last_seq, limit }, Sending::Ahead, &mut sent, report)
+                    .await?;
             }
             let ahead = current.ahead;
             let (batch, answer) = current.request.finish().await;
@@ -127,7 +157,10 @@ impl Engine {
                 // A push sent ahead that failed — no answer (its deadline may have run while the
                 // relay worked on the one before), or refused (a relay at its limit of requests
                 // in flight answers 503) — is sent again, alone, before the push counts as failed.
-                Err(_) if ahead => {}
+                Err(_) if ahead => {
+                    one_at_a_time = true;
+                    again = true;
+                }
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
                 // It refuses this one event on its own: set it aside for this relay, go on.

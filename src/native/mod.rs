@@ -26,23 +26,45 @@ impl HttpTransport {
 }
 
 impl Transport for HttpTransport {
+    /// The request runs as a task of its own on the tokio runtime, as a browser's `fetch` runs
+    /// on its own: a request the engine started and awaits later (a page or a push sent ahead)
+    /// makes progress meanwhile. Dropping the returned future aborts the task.
     fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
+        let task = AbortOnDrop(tokio::spawn(self.clone().request(req)));
         Box::pin(async move {
-            // A pooled keep-alive connection the server has since closed (a relay restart)
-            // fails before anything was processed; every relay call is idempotent (pushes are
-            // deduplicated), so one retry on a fresh connection is safe.
-            match self.send_once(&req).await {
-                Err((e, true)) => {
-                    let _ = e;
-                    self.send_once(&req).await.map_err(|(e, _)| e)
-                }
-                other => other.map_err(|(e, _)| e),
+            let mut task = task;
+            match (&mut task.0).await {
+                Ok(answer) => answer,
+                Err(e) => Err(TransportError(format!("the request's task ended without an answer: {e}"))),
             }
         })
     }
 }
 
+/// A spawned request, aborted when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<Result<HttpResponse, TransportError>>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl HttpTransport {
+    /// One request, as a future of its own (`Send`, owning what it needs).
+    pub async fn request(self, req: HttpRequest) -> Result<HttpResponse, TransportError> {
+        // A pooled keep-alive connection the server has since closed (a relay restart) fails
+        // before anything was processed; every relay call is idempotent (pushes are
+        // deduplicated), so one retry on a fresh connection is safe.
+        match self.send_once(&req).await {
+            Err((e, true)) => {
+                let _ = e;
+                self.send_once(&req).await.map_err(|(e, _)| e)
+            }
+            other => other.map_err(|(e, _)| e),
+        }
+    }
+
     /// One attempt; the flag says whether the failure happened at the connection level.
     async fn send_once(&self, req: &HttpRequest) -> Result<HttpResponse, (TransportError, bool)> {
         {

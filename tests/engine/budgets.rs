@@ -419,7 +419,7 @@ async fn a_push_sent_ahead_that_failed_is_sent_again_alone_and_nothing_is_lost()
     };
     for (failure, respond) in [("no answer", no_answer), ("503", busy)] {
         let relay = TestRelay::start();
-        let d = device_with_a_backlog(&relay, 3500);
+        let d = device_with_a_backlog(&relay, 5500);
         // The third push (the first sent ahead) fails once.
         let pushes = Rc::new(std::cell::Cell::new(0));
         let counted = pushes.clone();
@@ -433,11 +433,22 @@ async fn a_push_sent_ahead_that_failed_is_sent_again_alone_and_nothing_is_lost()
             respond: Box::new(move |_| respond()),
             times: Some(1),
         });
+        // At each push's answer from the relay, how many pushes had been started.
+        let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
+        let (net, record) = (Rc::downgrade(&d.net), seen.clone());
+        *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, resp| {
+            if is_push(req) {
+                record.borrow_mut().push(net.upgrade().unwrap().started("POST", "/v1/events"));
+            }
+            resp
+        }));
         let r = d.sync().await;
-        assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{failure}: {r:?}");
-        // 1, 2, 3 (failed), 4 (sent ahead, dropped with it), then 3 alone and 4.
-        assert_eq!(d.net.started("POST", "/v1/events"), 6, "{failure}");
-        assert_eq!(relay.events_of(&d.engine.owner_id()), 3500, "{failure}");
+        assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (5500, None), "{failure}: {r:?}");
+        // 1, 2, 3 (failed), 4 (sent ahead, dropped with it), then 3 again, 4, 5 and 6, each
+        // alone: after a push sent ahead failed, the pass sends one at a time.
+        assert_eq!(d.net.started("POST", "/v1/events"), 8, "{failure}");
+        assert_eq!(*seen.borrow(), vec![1, 3, 5, 6, 7, 8], "{failure}");
+        assert_eq!(relay.events_of(&d.engine.owner_id()), 5500, "{failure}");
         assert_eq!(d.status(0).pending, 0, "{failure}");
         assert_eq!(d.status(0).state, RelayState::Synced, "{failure}");
     }
