@@ -22,9 +22,10 @@ mod native {
     use simplysync::protocol::entropy::OsEntropy;
     use simplysync::protocol::{create_recovery_key, Json};
 
-    /// The real transport, each request held back by a round trip's time. Like the real
-    /// transport's, each request (its wait included) runs as a task of its own, so requests in
-    /// flight wait at the same time, as they would on a network.
+    /// The real transport, each request held back by a round trip's time. As in the real
+    /// transport, each request (its wait included) runs as a task of its own, so requests in
+    /// flight wait at the same time, as they would on a network (unlike there, a dropped one is
+    /// not aborted: the seeding drops none).
     struct Distant {
         inner: HttpTransport,
         rtt_ms: u64,

@@ -154,13 +154,6 @@ impl Engine {
                     accepting = true;
                     continue;
                 }
-                // A push sent ahead that failed — no answer (its deadline may have run while the
-                // relay worked on the one before), or refused (a relay at its limit of requests
-                // in flight answers 503) — is sent again, alone, before the push counts as failed.
-                Err(_) if ahead => {
-                    one_at_a_time = true;
-                    again = true;
-                }
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
                 // It refuses this one event on its own: set it aside for this relay, go on.
@@ -171,6 +164,13 @@ impl Engine {
                     self.write(|tx| Ok(set_aside::set_aside(tx, url, Kind::Event, &item.event_id, &reason, now)?))?;
                     report.set_aside += 1;
                     after = item.seq;
+                }
+                // A push sent ahead that failed otherwise — no answer (its deadline may have run while the
+                // relay worked on the one before), or refused (a relay at its limit of requests
+                // in flight answers 503) — is sent again, alone, before the push counts as failed.
+                Err(_) if ahead => {
+                    one_at_a_time = true;
+                    again = true;
                 }
                 Err(f) => return Err(f.into()),
             }

@@ -27,14 +27,16 @@ impl HttpTransport {
 
 impl Transport for HttpTransport {
     /// The request runs as a task of its own on the tokio runtime, as a browser's `fetch` runs
-    /// on its own: a request the engine started and awaits later (a page or a push sent ahead)
-    /// makes progress meanwhile. Dropping the returned future aborts the task.
+    /// on its own: a request the engine started and awaits later (a push sent ahead) makes
+    /// progress whenever the engine waits for something else (on a current-thread runtime, only
+    /// then). Dropping the returned future aborts the task; a panic in it is carried over.
     fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
         let task = AbortOnDrop(tokio::spawn(self.clone().request(req)));
         Box::pin(async move {
             let mut task = task;
             match (&mut task.0).await {
                 Ok(answer) => answer,
+                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
                 Err(e) => Err(TransportError(format!("the request's task ended without an answer: {e}"))),
             }
         })
