@@ -15,6 +15,7 @@
 // new leader; mutating calls carry a request id the engine records with their effect, so a
 // re-sent call never applies twice.
 import { Calls } from './calls.js';
+import { Listeners } from './listeners.js';
 import { SimplySyncError, closedError, revive, toWire } from './errors.js';
 import { stableJson } from './stable-json.js';
 
@@ -56,7 +57,7 @@ export class Hub {
   #options;
   #calls;
   #workerCalls = new Map(); // worker-call id -> {resolve, reject}
-  #listeners = { change: new Set(), status: new Set(), progress: new Set(), owner: new Set(), closed: new Set(), refresh: new Set() };
+  #listeners = new Listeners(['change', 'status', 'progress', 'owner', 'closed', 'refresh']);
   #shared = null;
   #inbox = null;
   #outboxes = new Map();
@@ -163,6 +164,7 @@ export class Hub {
   #ready() {
     this.#everReady = true;
     this.#markReady();
+    this.#listeners.open();
   }
 
   /** Starts the worker and opens the engine in it. */
@@ -412,21 +414,13 @@ export class Hub {
   // ---- events, visibility ------------------------------------------------------------------
 
   on(event, fn) {
-    this.#listeners[event].add(fn);
-    return () => this.#listeners[event].delete(fn);
+    return this.#listeners.on(event, fn);
   }
 
   #emit(event, data) {
-    for (const fn of this.#listeners[event] ?? []) {
-      try {
-        fn(data);
-      } catch (e) {
-        queueMicrotask(() => {
-          throw e;
-        });
-      }
-    }
+    this.#listeners.emit(event, data);
   }
+
 
   #isVisible() {
     return typeof document === 'undefined' || document.visibilityState !== 'hidden';

@@ -628,7 +628,9 @@ export declare class Engine<S extends Schema = Schema> {
    */
   onStatus(callback: (statuses: RelayStatus[]) => void): () => void;
   /**
-   * Calls `callback` with pull progress (e.g. during a restore).
+   * Calls `callback` with pull progress (e.g. during a restore). The engine's first pass starts
+   * while it opens: its events (progress, statuses, changes) are held until a task after
+   * `createEngine` resolved, so listeners attached right after it hear them from the start.
    * @example
    * ```ts
    * engine.onProgress((p) => (bar.value = p.headSeq ? Number(p.cursor) / p.headSeq : 0));

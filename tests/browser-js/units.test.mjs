@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import { Calls } from '../../js/calls.js';
 import { SimplySyncError, revive, toWire } from '../../js/errors.js';
 import { LEADER_ONLY, MUTATING, stableJson } from '../../js/hub.js';
+import { Listeners } from '../../js/listeners.js';
 import { plainJson } from '../../js/plain-json.js';
 import { Watches } from '../../js/watch.js';
 
@@ -53,6 +54,31 @@ test('the secret-revealing calls are leader-only and every mutating call carries
   for (const m of ['transaction', 'putBlob', 'purgeDeleted', 'purgeRows', 'addRelay', 'removeRelay', 'rekey']) {
     assert.ok(MUTATING.has(m), m);
   }
+});
+
+test('events raised before the engine is ready reach listeners attached as createEngine resolves, in order', async () => {
+  const events = new Listeners(['progress', 'status']);
+  // The engine's first pass starts while it opens: its first events come before any listener.
+  events.emit('progress', 1);
+  events.emit('status', 'a');
+  events.emit('progress', 2);
+  const heard = [];
+  // The engine is ready, and the app's code that awaited createEngine attaches its listeners.
+  events.open();
+  const off = events.on('progress', (p) => heard.push(['progress', p]));
+  events.on('status', (s) => heard.push(['status', s]));
+  assert.deepEqual(heard, [], 'held until a task later');
+  events.emit('progress', 3); // raised before they were delivered: after them
+  await new Promise((resolve) => setTimeout(resolve, 0));
+  assert.deepEqual(heard, [['progress', 1], ['status', 'a'], ['progress', 2], ['progress', 3]]);
+  events.emit('status', 'b');
+  assert.deepEqual(heard.at(-1), ['status', 'b'], 'then every event goes out at once');
+  events.open(); // ready again (a new leader tab): nothing is held any more
+  events.emit('status', 'c');
+  assert.deepEqual(heard.at(-1), ['status', 'c']);
+  off();
+  events.emit('progress', 5);
+  assert.deepEqual(heard.at(-1), ['status', 'c'], 'a removed listener hears nothing');
 });
 
 /** Engine events by hand, and a query whose answers the test releases one at a time. */
