@@ -481,3 +481,66 @@ async fn a_failed_push_ends_the_push_with_nothing_after_it_marked_delivered() {
     assert_eq!(d.status(0).pending, 0);
     assert_eq!(relay.events_of(&d.engine.owner_id()), 3500);
 }
+
+/// Every push answer from the relay takes 25 s of the engine's clock.
+fn pushes_take_25_s(d: &Device) {
+    let clock = d.clock.clone();
+    *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, resp| {
+        if is_push(req) {
+            clock.advance(25_000);
+        }
+        resp
+    }));
+}
+
+/// Answers the `nth` push (counting from 1) with 503 once, after `then` ran.
+fn refuse_push(d: &Device, nth: u32, then: impl Fn() + 'static) {
+    let pushes = Rc::new(std::cell::Cell::new(0));
+    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
+        matches: Box::new(move |r| {
+            if is_push(r) {
+                pushes.set(pushes.get() + 1);
+            }
+            is_push(r) && pushes.get() == nth
+        }),
+        respond: Box::new(move |_| {
+            then();
+            Ok(HttpResponse::new(503, br#"{"error":"unavailable","message":"injected"}"#.to_vec()))
+        }),
+        times: Some(1),
+    });
+}
+
+#[tokio::test]
+async fn pushes_sent_ahead_keep_to_the_pass_budget_and_a_failed_one_goes_again_even_past_it() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 4500);
+    pushes_take_25_s(&d);
+    refuse_push(&d, 4, || {});
+    let r = d.sync().await;
+    // 1 alone (25 s); 2, with 3 sent ahead (50 s); 4 sent ahead and refused, 3 answered (75 s);
+    // 5 is not sent ahead past the minute; 4 goes again alone, as it was sent in time (100 s);
+    // then the pass ends with the rest for the next one.
+    assert_eq!(
+        (r.relays[0].pushed, r.relays[0].more, r.relays[0].error.as_ref()),
+        (4000, true, None),
+        "{RELAY_PASS_BUDGET_MS} ms budget"
+    );
+    assert_eq!(d.net.started("POST", "/v1/events"), 5);
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 4000);
+}
+
+#[tokio::test]
+async fn a_push_refused_as_the_pass_runs_out_of_time_reports_its_error_and_not_more() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 4500);
+    pushes_take_25_s(&d);
+    // The second push is refused, and by then the pass's minute is over: the push that would
+    // have gone ahead of it is not sent, and the pass says why it stopped, not "more".
+    let clock = d.clock.clone();
+    refuse_push(&d, 2, move || clock.advance(40_000));
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[0].more), (1000, false), "{r:?}");
+    assert!(r.relays[0].error.is_some(), "{r:?}");
+    assert_eq!(d.net.started("POST", "/v1/events"), 2);
+}
