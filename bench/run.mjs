@@ -208,6 +208,11 @@ if (r.localWrite) {
   row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
   const apiRate = r.bulk.map((x) => (10000 / x.apiMs) * 1000);
   row('bulk: the same through the package\'s path (JS ops in, request id, JS rows out), rows/s', spread(apiRate), `ratio api/raw ${fmt(median(apiRate.map((e, i) => e / rawRate[i])), 2)}`);
+  if (r.bulk[0].apiSteps) {
+    const step = (k) => fmt(median(r.bulk.map((x) => x.apiSteps[k])), 1);
+    row('bulk through the package\'s path, by step: ops to JSON text (JS) · parse into ops · write (rows, intents, request record, commit) · answer text + JSON.parse · flush, ms',
+      ['text', 'parse', 'write', 'answer', 'flush'].map(step).join(' · '), 'medians; a run of its own');
+  }
   if (r.bulk[0].listMs !== undefined) {
     row('list 10,000 rows: the engine\'s read, ms', spread(r.bulk.map((x) => x.listMs)));
     row('list 10,000 rows: to JS values one call per key and value / one JSON text through JSON.parse, ms',

@@ -23,7 +23,7 @@ pub(crate) fn arg_json(v: &JsValue, name: &str) -> Result<Json, JsValue> {
 /// else (no text, or text the parser refuses: nesting too deep) from the JS values themselves,
 /// whose conversion names what is wrong. Both give the same JSON for plain data: strings keep
 /// lone surrogates (escaped in the text), numbers stay doubles.
-fn ops_as_json(ops: &JsValue, ops_json: Option<&str>) -> Result<Json, JsValue> {
+pub(crate) fn ops_as_json(ops: &JsValue, ops_json: Option<&str>) -> Result<Json, JsValue> {
     match ops_json.map(crate::protocol::parse_json) {
         Some(Ok(parsed)) => Ok(parsed),
         _ => arg_json(ops, "ops"),
@@ -32,7 +32,7 @@ fn ops_as_json(ops: &JsValue, ops_json: Option<&str>) -> Result<Json, JsValue> {
 
 /// Parses the ops of `Engine.transaction`; an error names the op and the field. The ops' rows
 /// are moved into the ops, not copied.
-fn parse_ops(ops: Json) -> Result<Vec<Op>, JsValue> {
+pub(crate) fn parse_ops(ops: Json) -> Result<Vec<Op>, JsValue> {
     let Json::Array(items) = ops else { return Err(bad_arg("ops must be an array".into())) };
     let mut parsed = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
