@@ -383,11 +383,8 @@ fn device_with_a_backlog(relay: &TestRelay, todos: usize) -> Device {
     d
 }
 
-#[tokio::test]
-async fn a_backlog_goes_out_with_the_next_push_sent_before_the_previous_one_is_answered() {
-    let relay = TestRelay::start();
-    let d = device_with_a_backlog(&relay, 3500);
-    // At each push's answer, how many pushes had been started.
+/// At each push's answer from the relay, how many pushes had been started.
+fn started_at_each_push_answer(d: &Device) -> Rc<std::cell::RefCell<Vec<usize>>> {
     let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
     let (net, record) = (Rc::downgrade(&d.net), seen.clone());
     *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, resp| {
@@ -396,6 +393,29 @@ async fn a_backlog_goes_out_with_the_next_push_sent_before_the_previous_one_is_a
         }
         resp
     }));
+    seen
+}
+
+/// Answers the `nth` push (counting from 1) once with `respond` instead of the relay.
+fn fail_push(d: &Device, nth: u32, respond: impl Fn() -> Result<HttpResponse, TransportError> + 'static) {
+    let pushes = Rc::new(std::cell::Cell::new(0));
+    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
+        matches: Box::new(move |r| {
+            if is_push(r) {
+                pushes.set(pushes.get() + 1);
+            }
+            is_push(r) && pushes.get() == nth
+        }),
+        respond: Box::new(move |_| respond()),
+        times: Some(1),
+    });
+}
+
+#[tokio::test]
+async fn a_backlog_goes_out_with_the_next_push_sent_before_the_previous_one_is_answered() {
+    let relay = TestRelay::start();
+    let d = device_with_a_backlog(&relay, 3500);
+    let seen = started_at_each_push_answer(&d);
     let r = d.sync().await;
     assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (3500, None), "{r:?}");
     assert_eq!(
@@ -421,27 +441,8 @@ async fn a_push_sent_ahead_that_failed_is_sent_again_alone_and_nothing_is_lost()
         let relay = TestRelay::start();
         let d = device_with_a_backlog(&relay, 5500);
         // The third push (the first sent ahead) fails once.
-        let pushes = Rc::new(std::cell::Cell::new(0));
-        let counted = pushes.clone();
-        d.net.faults.borrow_mut().push_back(crate::harness::Fault {
-            matches: Box::new(move |r| {
-                if is_push(r) {
-                    counted.set(counted.get() + 1);
-                }
-                is_push(r) && counted.get() == 3
-            }),
-            respond: Box::new(move |_| respond()),
-            times: Some(1),
-        });
-        // At each push's answer from the relay, how many pushes had been started.
-        let seen = Rc::new(std::cell::RefCell::new(Vec::new()));
-        let (net, record) = (Rc::downgrade(&d.net), seen.clone());
-        *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, resp| {
-            if is_push(req) {
-                record.borrow_mut().push(net.upgrade().unwrap().started("POST", "/v1/events"));
-            }
-            resp
-        }));
+        fail_push(&d, 3, respond);
+        let seen = started_at_each_push_answer(&d);
         let r = d.sync().await;
         assert_eq!((r.relays[0].pushed, r.relays[0].error.as_ref()), (5500, None), "{failure}: {r:?}");
         // 1, 2, 3 (failed), 4 (sent ahead, dropped with it), then 3 again, 4, 5 and 6, each
@@ -459,20 +460,7 @@ async fn a_failed_push_ends_the_push_with_nothing_after_it_marked_delivered() {
     let relay = TestRelay::start();
     let d = device_with_a_backlog(&relay, 3500);
     // The second push (the first with another sent after it) is refused.
-    let pushes = Rc::new(std::cell::Cell::new(0));
-    let counted = pushes.clone();
-    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
-        matches: Box::new(move |r| {
-            if is_push(r) {
-                counted.set(counted.get() + 1);
-            }
-            is_push(r) && counted.get() == 2
-        }),
-        respond: Box::new(|_| {
-            Ok(HttpResponse::new(503, r#"{"error":"unavailable","message":"injected"}"#.as_bytes().to_vec()))
-        }),
-        times: Some(1),
-    });
+    refuse_push(&d, 2, || {});
     let r = d.sync().await;
     assert_eq!(r.relays[0].pushed, 1000, "{r:?}");
     assert!(r.relays[0].error.is_some(), "{r:?}");
@@ -495,19 +483,9 @@ fn pushes_take_25_s(d: &Device) {
 
 /// Answers the `nth` push (counting from 1) with 503 once, after `then` ran.
 fn refuse_push(d: &Device, nth: u32, then: impl Fn() + 'static) {
-    let pushes = Rc::new(std::cell::Cell::new(0));
-    d.net.faults.borrow_mut().push_back(crate::harness::Fault {
-        matches: Box::new(move |r| {
-            if is_push(r) {
-                pushes.set(pushes.get() + 1);
-            }
-            is_push(r) && pushes.get() == nth
-        }),
-        respond: Box::new(move |_| {
-            then();
-            Ok(HttpResponse::new(503, br#"{"error":"unavailable","message":"injected"}"#.to_vec()))
-        }),
-        times: Some(1),
+    fail_push(d, nth, move || {
+        then();
+        Ok(HttpResponse::new(503, br#"{"error":"unavailable","message":"injected"}"#.to_vec()))
     });
 }
 
