@@ -103,6 +103,7 @@ impl Engine {
         // a relay that cannot take two at once (at its limit of requests in flight, or slower
         // than the request's deadline for two) is not sent every other push twice.
         let mut one_at_a_time = false;
+        // The next push resends a failed push sent ahead (it goes even past the pass's time).
         let mut again = false;
         loop {
             let current = match next.take() {
@@ -165,9 +166,10 @@ impl Engine {
                     report.set_aside += 1;
                     after = item.seq;
                 }
-                // A push sent ahead that failed otherwise — no answer (its deadline may have run while the
-                // relay worked on the one before), or refused (a relay at its limit of requests
-                // in flight answers 503) — is sent again, alone, before the push counts as failed.
+                // A push sent ahead that failed otherwise — no answer (its deadline may have run
+                // while the relay worked on the one before), or refused (a relay at its limit of
+                // requests in flight answers 503) — is sent again, alone, before the push counts
+                // as failed.
                 Err(_) if ahead => {
                     one_at_a_time = true;
                     again = true;
