@@ -26,29 +26,13 @@ impl HttpTransport {
 }
 
 impl Transport for HttpTransport {
-    /// The request runs as a task of its own on the tokio runtime, as a browser's `fetch` runs
-    /// on its own: a request the engine started and awaits later (a push sent ahead) makes
-    /// progress whenever the engine waits for something else (on a current-thread runtime, only
-    /// then). Dropping the returned future aborts the task; a panic in it is carried over.
+    /// Runs as the engine polls it. A request the engine starts and awaits later (a push sent
+    /// ahead) still reaches the relay meanwhile when a pooled connection is idle: reqwest hands
+    /// it to that connection's own task on the first poll. (Spawning each request as a task of
+    /// its own was tried in issue 17's round nineteen and made a relay with a small in-flight
+    /// limit answer 503 more often; see BENCHMARKS.md.)
     fn send(&self, req: HttpRequest) -> LocalFuture<'_, Result<HttpResponse, TransportError>> {
-        let task = AbortOnDrop(tokio::spawn(self.clone().request(req)));
-        Box::pin(async move {
-            let mut task = task;
-            match (&mut task.0).await {
-                Ok(answer) => answer,
-                Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
-                Err(e) => Err(TransportError(format!("the request's task ended without an answer: {e}"))),
-            }
-        })
-    }
-}
-
-/// A spawned request, aborted when dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<Result<HttpResponse, TransportError>>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
+        Box::pin(self.clone().request(req))
     }
 }
 
