@@ -85,6 +85,15 @@ impl<'c> ApplyRun<'c> {
     }
 }
 
+/// Where an envelope being processed comes from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Arrival<'p> {
+    /// A pulled page, with its opening when a page opener decrypted it ahead.
+    Pulled { opened: Option<&'p [u8]> },
+    /// The deferred set or the quarantine.
+    Held,
+}
+
 enum Verdict {
     Defer(&'static str, String, Option<i64>),
     Quarantine(&'static str, String),
@@ -99,10 +108,33 @@ fn crypto_reason(e: &CryptoError) -> &'static str {
 }
 
 impl Engine {
-    fn classify(&self, identity: &Identity, env: &SyncEnvelope, now: u64) -> Result<(SyncPayload, RowData), Verdict> {
+    /// Decrypts `env` (or takes its opening from a page opener) and checks it in the spec's
+    /// order. An opening that does not classify is not trusted to say why: the engine opens
+    /// the envelope again itself, so what is filed is exactly what it would have filed.
+    fn classify(
+        &self,
+        identity: &Identity,
+        env: &SyncEnvelope,
+        opened: Option<&[u8]>,
+        now: u64,
+    ) -> Result<(SyncPayload, RowData), Verdict> {
+        if let Some(plain) = opened.filter(|_| env.owner_id == identity.owner_id()) {
+            match self.classify_plain(env, plain, now) {
+                Err(Verdict::Quarantine(..)) => {}
+                verdict => {
+                    self.opened_used.set(self.opened_used.get() + 1);
+                    return verdict;
+                }
+            }
+        }
         let plain =
             decrypt_envelope_bytes(identity, env).map_err(|e| Verdict::Quarantine(crypto_reason(&e), e.to_string()))?;
-        let json = parse_json_bytes(&plain)
+        self.classify_plain(env, &plain, now)
+    }
+
+    /// The checks after decryption, on `env`'s plaintext.
+    fn classify_plain(&self, env: &SyncEnvelope, plain: &[u8], now: u64) -> Result<(SyncPayload, RowData), Verdict> {
+        let json = parse_json_bytes(plain)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
         let head = PayloadHead::read(&json)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
@@ -144,8 +176,9 @@ impl Engine {
         Ok((payload, row))
     }
 
-    /// Processes one envelope inside the run's transaction. `held` is set when it comes from the
-    /// deferred set or the quarantine (then "already handled" does not apply to it).
+    /// Processes one envelope inside the run's transaction. `arrival` says whether it comes
+    /// from a pulled page or from the deferred set or the quarantine (then "already handled"
+    /// does not apply to it).
     ///
     /// A new event is claimed in the seen set first — the spec's "skip what was seen" and its
     /// final "record it as seen" in one write — and gives the claim back when it is deferred or
@@ -156,9 +189,13 @@ impl Engine {
         identity: &Identity,
         relay: &str,
         env: &SyncEnvelope,
-        held: bool,
+        arrival: Arrival<'_>,
         now: u64,
     ) -> Result<Outcome, EngineError> {
+        let (held, opened) = match arrival {
+            Arrival::Pulled { opened } => (false, opened),
+            Arrival::Held => (true, None),
+        };
         let tx = run.tx;
         if !held && !run.seen.claim(&env.event_id)? {
             return Ok(Outcome::Duplicate);
@@ -172,7 +209,7 @@ impl Engine {
             at,
         };
         let t0 = self.wall.precise_ms();
-        let verdict = self.classify(identity, env, now);
+        let verdict = self.classify(identity, env, opened, now);
         self.decrypt_ms.set(self.decrypt_ms.get() + (self.wall.precise_ms() - t0));
         match verdict {
             Err(Verdict::Defer(reason, detail, retry)) => {
@@ -251,7 +288,7 @@ impl Engine {
                     inbox::undefer(tx, &held.event_id)?;
                     continue;
                 };
-                match self.process(&mut run, &identity, &held.relay, &env, true, now)? {
+                match self.process(&mut run, &identity, &held.relay, &env, Arrival::Held, now)? {
                     Outcome::Applied(c) => {
                         inbox::undefer(tx, &held.event_id)?;
                         changes.push(c);
@@ -280,7 +317,7 @@ impl Engine {
             for h in &held {
                 let Ok(env) = read_json::<SyncEnvelope>(h.envelope_json.as_bytes(), "envelope") else { continue };
                 // Process as if new: a fresh quarantine entry replaces the old one.
-                match self.process(&mut run, &identity, &h.relay, &env, true, now)? {
+                match self.process(&mut run, &identity, &h.relay, &env, Arrival::Held, now)? {
                     Outcome::Applied(c) => {
                         inbox::release(tx, &h.relay, &h.event_id)?;
                         changes.push(c);

@@ -145,3 +145,28 @@ pub trait Timer {
     /// Resolves after `ms` milliseconds.
     fn sleep(&self, ms: u64) -> LocalFuture<'_, ()>;
 }
+
+/// Each envelope of a pulled page opened (decrypted and authenticated), in page order; `None`
+/// where it was not opened there (the engine then opens that one itself, and files whatever
+/// fails exactly as it would have).
+pub type Openings = Vec<Option<Vec<u8>>>;
+
+/// What a [`PageOpener`] answers a pull with: the relay's answer and the page's openings, or
+/// `None` when it did not send the pull.
+pub type OpenedPull = Option<(HttpResponse, Option<Openings>)>;
+
+/// Sends a pull sent ahead and opens its page away from the engine's thread (in the browser:
+/// a helper worker that holds the same keys), so the next page is fetched *and* decrypted
+/// while the engine applies the current one. Optional: without it the engine opens every
+/// envelope itself. The engine trusts an opening only as far as it classifies: one that does
+/// not is opened again by the engine.
+pub trait PageOpener {
+    /// Sends `request` (a pull) and resolves with the answer and, for a page of `owner_id`'s
+    /// envelopes, their openings. `Ok(None)` means "not sent": the helper is not ready (or
+    /// gone), and the engine sends the pull itself.
+    fn pull_opened(
+        &self,
+        request: HttpRequest,
+        owner_id: &str,
+    ) -> LocalFuture<'static, Result<OpenedPull, TransportError>>;
+}

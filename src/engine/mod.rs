@@ -26,6 +26,7 @@ mod blobs;
 mod events;
 mod limits;
 mod mutate;
+mod opened;
 mod pull;
 mod purge;
 mod push;
@@ -52,6 +53,7 @@ pub use events::{ChangeEvent, ChangeSource, Progress, RowChange};
 pub use limits::{EngineOptions, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
 pub use live::{LiveInfo, LiveState, LiveStep};
 pub use mutate::{Op, Written, WrittenRows};
+pub use opened::{open_page, PageToOpen};
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
 pub use sync::{
@@ -65,7 +67,7 @@ use crate::protocol::json_write::ToJson;
 use crate::protocol::{base64url, Hlc, HlcClock, Identity, Secret};
 use crate::store::{rows, system, StoreError};
 use events::Listeners;
-use io::{Clock, Transport};
+use io::{Clock, PageOpener, Transport};
 use relay::RelayRuntime;
 use schema::{Schema, SchemaDef};
 
@@ -139,6 +141,10 @@ pub struct Engine {
     purge_records: Cell<bool>,
     /// Time spent classifying (decrypting) events of the page being applied, for timings.
     decrypt_ms: Cell<f64>,
+    /// Events of the page being applied classified from a page opener's opening, for timings.
+    opened_used: Cell<u64>,
+    /// Sends pulls ahead and opens their pages on another thread, if the host has one.
+    opener: RefCell<Option<Rc<dyn PageOpener>>>,
     /// The request id of the [`Engine::once`] call running, recorded with its effect.
     request: RefCell<Option<String>>,
     /// When recorded request ids were last swept for expiry (engine clock, ms; `None`: not yet).
@@ -230,6 +236,8 @@ impl Engine {
             schema_retry_pending: Cell::new(true),
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
+            opened_used: Cell::new(0),
+            opener: RefCell::new(None),
             request: RefCell::new(None),
             requests_swept_at: Cell::new(None),
             last_pass_at: Cell::new(0),
@@ -237,6 +245,12 @@ impl Engine {
         engine.reconcile_relays(relays.as_deref())?;
         engine.finish_handover(opening, handover)?;
         Ok(engine)
+    }
+
+    /// Lets `opener` send the pulls sent ahead and open their pages on its own thread (the
+    /// browser's opener worker); `None` goes back to opening everything here.
+    pub fn set_page_opener(&self, opener: Option<Rc<dyn PageOpener>>) {
+        *self.opener.borrow_mut() = opener;
     }
 
     /// The public owner id.

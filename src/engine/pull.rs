@@ -11,9 +11,11 @@
 //! `/v1/status` answers 404 too.
 
 use std::collections::HashSet;
+use std::rc::Rc;
 
-use super::apply::{quarantine_reason, ApplyRun, Outcome};
+use super::apply::{quarantine_reason, ApplyRun, Arrival, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
+use super::io::{Openings, PageOpener};
 use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
 use super::sent_ahead::SentAhead;
 use super::sync::{PassError, RelayPassReport, BATCH};
@@ -63,22 +65,34 @@ fn cursor_failure(code: &str, message: String) -> PassError {
     RelayFailure::detected(200, code, message).into()
 }
 
+/// A pulled page's answer, with its envelopes' openings when a [`PageOpener`] fetched it.
+type Fetched = (PullAnswer, Option<Openings>);
+
 /// A pull request sent ahead, before the current page is applied; awaited when the loop gets
-/// to it, dropped (aborted) otherwise.
+/// to it, dropped (aborted) otherwise. Sent through the engine's page opener if it has one:
+/// the page is then fetched and decrypted on the opener's thread during the apply.
 struct Ahead<'a> {
     after: String,
     limit: u32,
-    request: SentAhead<'a, Result<PullAnswer, RelayFailure>>,
+    request: SentAhead<'a, Result<Fetched, RelayFailure>>,
 }
 
 impl<'a> Ahead<'a> {
-    async fn start(api: &'a RelayApi<'a>, after: String, limit: u32) -> Ahead<'a> {
+    async fn start(api: &'a RelayApi<'a>, opener: Option<Rc<dyn PageOpener>>, after: String, limit: u32) -> Ahead<'a> {
         let cursor = after.clone();
-        let request = SentAhead::start(async move { api.pull(&cursor, limit).await }).await;
+        let request = SentAhead::start(async move {
+            if let Some(opener) = opener {
+                if let Some(fetched) = api.pull_opened(opener.as_ref(), &cursor, limit).await? {
+                    return Ok(fetched);
+                }
+            }
+            Ok((api.pull(&cursor, limit).await?, None))
+        })
+        .await;
         Ahead { after, limit, request }
     }
 
-    async fn finish(self) -> Result<PullAnswer, RelayFailure> {
+    async fn finish(self) -> Result<Fetched, RelayFailure> {
         self.request.finish().await
     }
 }
@@ -87,6 +101,7 @@ impl Engine {
     pub(crate) async fn pull_from(&self, url: &str, report: &mut RelayPassReport) -> Result<PullEnd, PassError> {
         let identity = self.identity();
         let api = self.api(url, &identity);
+        let opener = self.opener.borrow().clone();
         let cursor_key = format!("cursor:{url}");
         let epoch_key = format!("epoch:{url}");
         let mut cursor = self.meta(&cursor_key)?.unwrap_or_default();
@@ -117,12 +132,12 @@ impl Engine {
                 Some(a) => match a.finish().await {
                     // No answer to the request sent ahead: its deadline ran during the apply
                     // too, so it gets one fresh try before the pull counts as failed.
-                    Err(RelayFailure::Network(_)) => api.pull(&cursor, page_limit).await,
+                    Err(RelayFailure::Network(_)) => api.pull(&cursor, page_limit).await.map(|a| (a, None)),
                     answer => answer,
                 },
-                None => api.pull(&cursor, page_limit).await,
+                None => api.pull(&cursor, page_limit).await.map(|a| (a, None)),
             };
-            let answer = match fetched {
+            let (answer, openings) = match fetched {
                 // A page too large to read (large events, a relay without a byte cap): ask
                 // for fewer events.
                 Err(f) if f.code() == Some("response_too_large") && page_limit > 1 => {
@@ -139,6 +154,8 @@ impl Engine {
             };
             let mut page = PullAnswer::parse(&resp)?;
             report.timings.parse_ms += clock.precise_ms() - t1;
+            // Openings of another page's length are not this page's: the engine opens it all.
+            let openings = openings.filter(|o| o.len() == page.events.len());
             if let (Some(stored), Some(epoch)) = (&stored_epoch, &page.epoch) {
                 if stored != epoch {
                     return Ok(PullEnd::Wiped(format!("the relay's database changed (epoch {stored} → {epoch})")));
@@ -192,21 +209,23 @@ impl Engine {
                 && pages_after_this < MAX_PAGES_PER_PASS
                 && budget.is_none_or(|b| pages_after_this < b)
             {
-                ahead = Some(Ahead::start(&api, next.clone(), page_limit).await);
+                ahead = Some(Ahead::start(&api, opener.clone(), next.clone(), page_limit).await);
             }
             let now = self.now();
             let t_apply = clock.precise_ms();
             self.decrypt_ms.set(0.0);
+            self.opened_used.set(0);
             let (changes, stats) = self.write(|tx| {
                 let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
                 let mut run = ApplyRun::new(tx)?;
-                for item in &mut page.events {
+                for (i, item) in page.events.iter_mut().enumerate() {
+                    let opened = openings.as_ref().and_then(|o| o[i].as_deref());
                     let read = match &mut item.members {
                         Ok(members) => SyncEnvelope::from_members(members, "envelope"),
                         Err(value) => SyncEnvelope::from_json(value, "envelope"),
                     };
                     let outcome = match read {
-                        Ok(env) => self.process(&mut run, &identity, url, &env, false, now)?,
+                        Ok(env) => self.process(&mut run, &identity, url, &env, Arrival::Pulled { opened }, now)?,
                         Err(e) => {
                             let kept: String = item.text.chars().take(MAX_MALFORMED_KEPT).collect();
                             let held = HeldEvent {
@@ -253,6 +272,7 @@ impl Engine {
             let decrypt = self.decrypt_ms.get();
             report.timings.decrypt_ms += decrypt;
             report.timings.apply_ms += clock.precise_ms() - t_apply - decrypt;
+            report.timings.opened_ahead += self.opened_used.get();
             report.received += page.events.len() as u64;
             report.applied += stats[0];
             report.deferred += stats[1];

@@ -2,7 +2,7 @@
 //! [`Transport`](super::io::Transport), and turns the answer into a value or a
 //! [`RelayFailure`] (status, error code and message) that the failure policy classifies.
 
-use super::io::{HttpRequest, HttpResponse, Method, Transport};
+use super::io::{HttpRequest, HttpResponse, Method, Openings, PageOpener, Transport, TransportError};
 use crate::protocol::canonical::write_str_literal;
 use crate::protocol::json_fields::{read_json, FieldError, Fields, FromJson};
 use crate::protocol::json_parse::{parse_listing, ListItem};
@@ -119,7 +119,7 @@ pub struct PullPage<'a> {
 
 impl PullPage<'_> {
     /// Reads a page from a pull's JSON body.
-    fn read(body: &[u8]) -> Result<PullPage<'_>, FieldError> {
+    pub(crate) fn read(body: &[u8]) -> Result<PullPage<'_>, FieldError> {
         let (page, events) = parse_listing(body, "events").map_err(|e| FieldError(format!("answer: {e}")))?;
         let f = Fields::of(&page, "answer")?;
         let Some(events) = events else {
@@ -146,10 +146,26 @@ pub enum PullAnswer {
 }
 
 impl PullAnswer {
+    fn of(resp: HttpResponse) -> Result<PullAnswer, RelayFailure> {
+        match resp.status {
+            200 => Ok(PullAnswer::Page(resp)),
+            404 => Ok(PullAnswer::NotFound(resp)),
+            _ => Err(failure(&resp)),
+        }
+    }
+
     /// Parses a page's body.
     pub fn parse(resp: &HttpResponse) -> Result<PullPage<'_>, RelayFailure> {
         PullPage::read(&resp.body)
             .map_err(|e| RelayFailure::detected(resp.status, "bad_response", format!("unreadable relay response: {e}")))
+    }
+}
+
+fn transport_failure(e: TransportError) -> RelayFailure {
+    if e.is_response_too_large() {
+        RelayFailure::detected(200, "response_too_large", e.0)
+    } else {
+        RelayFailure::Network(e.0)
     }
 }
 
@@ -191,17 +207,12 @@ impl<'a> RelayApi<'a> {
         format!("{}{path}", self.base.trim_end_matches('/'))
     }
 
-    async fn call(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<(Vec<u8>, &'static str)>,
-    ) -> Result<HttpResponse, RelayFailure> {
+    fn request(&self, method: Method, path: &str, body: Option<(Vec<u8>, &'static str)>) -> HttpRequest {
         let (body, content_type) = match body {
             Some((b, t)) => (Some(b), Some(t)),
             None => (None, None),
         };
-        let req = HttpRequest {
+        HttpRequest {
             method,
             url: self.url(path),
             bearer: Some(self.token.to_owned()),
@@ -209,14 +220,16 @@ impl<'a> RelayApi<'a> {
             body,
             timeout_ms: self.timeout_ms,
             max_response_bytes: self.max_response_bytes,
-        };
-        self.transport.send(req).await.map_err(|e| {
-            if e.is_response_too_large() {
-                RelayFailure::detected(200, "response_too_large", e.0)
-            } else {
-                RelayFailure::Network(e.0)
-            }
-        })
+        }
+    }
+
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<(Vec<u8>, &'static str)>,
+    ) -> Result<HttpResponse, RelayFailure> {
+        self.transport.send(self.request(method, path, body)).await.map_err(transport_failure)
     }
 
     fn owner_json(&self) -> String {
@@ -244,14 +257,45 @@ impl<'a> RelayApi<'a> {
 
     /// `GET /v1/events?ownerId&after&limit`.
     pub async fn pull(&self, after: &str, limit: u32) -> Result<PullAnswer, RelayFailure> {
+        let resp = self.call(Method::Get, &Self::pull_path(self.owner_id, after, limit), None).await?;
+        PullAnswer::of(resp)
+    }
+
+    fn pull_path(owner_id: &str, after: &str, limit: u32) -> String {
         let after: String = form_encode(after);
-        let path = format!("/v1/events?ownerId={}&after={after}&limit={limit}", self.owner_id);
-        let resp = self.call(Method::Get, &path, None).await?;
-        match resp.status {
-            200 => Ok(PullAnswer::Page(resp)),
-            404 => Ok(PullAnswer::NotFound(resp)),
-            _ => Err(failure(&resp)),
-        }
+        format!("/v1/events?ownerId={owner_id}&after={after}&limit={limit}")
+    }
+
+    /// The URL of the pull after `url` (one [`RelayApi::pull`] sent) when it answered with
+    /// `next_cursor`: the same request, `after` the new cursor. `None` when `url` is not a
+    /// pull's or the cursor did not move.
+    pub fn next_pull_url(url: &str, next_cursor: &str) -> Option<String> {
+        // …/v1/events?ownerId=…&after=…&limit=… (form-encoded values hold no '&').
+        let (head, limit) = url.rsplit_once('&')?;
+        let (owner, after) = head.rsplit_once('&')?;
+        let after = after.strip_prefix("after=")?;
+        let next = form_encode(next_cursor);
+        let is_pull = limit.starts_with("limit=")
+            && owner
+                .rsplit_once('?')
+                .is_some_and(|(path, q)| path.ends_with("/v1/events") && q.starts_with("ownerId="));
+        (is_pull && after != next).then(|| format!("{owner}&after={next}&{limit}"))
+    }
+
+    /// [`RelayApi::pull`] through `opener`: fetched and opened on the opener's thread. `None`
+    /// when the opener did not send it (the caller then pulls itself).
+    pub async fn pull_opened(
+        &self,
+        opener: &dyn PageOpener,
+        after: &str,
+        limit: u32,
+    ) -> Result<Option<(PullAnswer, Option<Openings>)>, RelayFailure> {
+        let req = self.request(Method::Get, &Self::pull_path(self.owner_id, after, limit), None);
+        let Some((resp, openings)) = opener.pull_opened(req, self.owner_id).await.map_err(transport_failure)? else {
+            return Ok(None);
+        };
+        let openings = openings.filter(|_| resp.status == 200);
+        Ok(Some((PullAnswer::of(resp)?, openings)))
     }
 
     /// `GET /health`: whether the relay answers it with 200 and its JSON.

@@ -16,6 +16,7 @@ impl ToJson for PullTimings {
             .member("parseMs", &self.parse_ms)
             .member("decryptMs", &self.decrypt_ms)
             .member("applyMs", &self.apply_ms)
+            .member("openedAhead", &self.opened_ahead)
             .end();
     }
 }
@@ -202,7 +203,7 @@ mod tests {
             forged: 7,
             error: more.then(error),
             // Halves: written alike by serde and JavaScript (a whole number would be `1.0` vs `1`).
-            timings: PullTimings { http_ms: 1.5, parse_ms: 0.25, decrypt_ms: 1e-7, apply_ms: 123.5 },
+            timings: PullTimings { http_ms: 1.5, parse_ms: 0.25, decrypt_ms: 1e-7, apply_ms: 123.5, opened_ahead: 7 },
             more,
             deadline_ms: 99,
         }
@@ -217,8 +218,8 @@ mod tests {
 
     #[test]
     fn whole_timings_read_back_as_the_same_numbers() {
-        let t = PullTimings { http_ms: 2.0, parse_ms: 0.0, decrypt_ms: -0.0, apply_ms: 1e21 };
-        assert_eq!(t.to_json_text(), r#"{"httpMs":2,"parseMs":0,"decryptMs":0,"applyMs":1e+21}"#);
+        let t = PullTimings { http_ms: 2.0, parse_ms: 0.0, decrypt_ms: -0.0, apply_ms: 1e21, opened_ahead: 0 };
+        assert_eq!(t.to_json_text(), r#"{"httpMs":2,"parseMs":0,"decryptMs":0,"applyMs":1e+21,"openedAhead":0}"#);
     }
 
     #[test]

@@ -117,6 +117,9 @@ pub struct PullTimings {
     pub decrypt_ms: f64,
     /// Writing rows, seen markers and cursors to SQLite (commits included).
     pub apply_ms: f64,
+    /// Events a page opener decrypted on its own thread while the page before applied, and the
+    /// engine took as opened there (time waited for them is in `http_ms`).
+    pub opened_ahead: u64,
 }
 
 /// What a pass did.

@@ -12,6 +12,7 @@ mod failures;
 mod hostile;
 mod listeners;
 mod live;
+mod opener;
 mod property;
 mod purge_rekey_blobs;
 mod recovery;
