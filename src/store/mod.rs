@@ -71,7 +71,8 @@ pub fn configure_with_page_size(conn: &Connection, page_size: u32) -> Result<(),
         conn.execute_batch("PRAGMA locking_mode = EXCLUSIVE;")?;
         // The database's own page size: an existing file keeps the one it was created with.
         let actual: u32 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
-        conn.pragma_update(None, "wal_autocheckpoint", WAL_CHECKPOINT_BYTES / actual.max(512))?;
+        // As text: rusqlite's `pragma_update` would bring in the formatting of doubles.
+        conn.execute_batch(&format!("PRAGMA wal_autocheckpoint = {};", WAL_CHECKPOINT_BYTES / actual.max(512)))?;
     }
     // A 32 MiB page cache: large transactions (a 10,000-row batch, a 1000-event pulled page)
     // otherwise spill dirty pages mid-transaction, doubling the I/O.

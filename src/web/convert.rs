@@ -59,7 +59,11 @@ fn convert(v: &JsValue, path: &Path<'_>, depth: usize) -> Result<Json, String> {
         return Ok(Json::Bool(b));
     }
     if let Some(x) = v.as_f64() {
-        return if x.is_finite() { Ok(Json::number(x)) } else { Err(format!("{path}: {x} is not a finite number")) };
+        return if x.is_finite() {
+            Ok(Json::number(x))
+        } else {
+            Err(format!("{path}: {} is not a finite number", super::io::js_string(v)))
+        };
     }
     if let Some(s) = v.dyn_ref::<JsString>() {
         return Ok(Json::String(js_string(s)));

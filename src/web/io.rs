@@ -21,6 +21,10 @@ extern "C" {
     #[wasm_bindgen(js_namespace = performance, js_name = now)]
     fn performance_now() -> f64;
 
+    /// JavaScript's `String(x)`: a value's text without the glue of `JsValue`'s `Debug`.
+    #[wasm_bindgen(js_name = String)]
+    pub(crate) fn js_string(value: &JsValue) -> String;
+
 }
 
 /// The message of a JavaScript error value.
@@ -28,7 +32,7 @@ pub(crate) fn js_message(e: &JsValue) -> String {
     e.dyn_ref::<js_sys::Error>()
         .map(|e| String::from(e.message()))
         .or_else(|| e.as_string())
-        .unwrap_or_else(|| format!("{e:?}"))
+        .unwrap_or_else(|| js_string(e))
 }
 
 /// How much of a response's declared length is reserved before its bytes arrive.
