@@ -37,6 +37,8 @@ if (!process.argv.includes('--skip-build')) {
 copyFileSync(path.join(root, 'js/idb-pages.js'), path.join(here, 'pkg/idb-pages.js'));
 // …and the worker's plain-data JSON, for the package's write path.
 copyFileSync(path.join(root, 'js/plain-json.js'), path.join(here, 'pkg/plain-json.js'));
+// …and the opener worker with its key custody, for the restore as the package runs it.
+for (const f of ['custody.js', 'opener.js', 'opener-worker.js']) copyFileSync(path.join(root, 'js', f), path.join(here, 'pkg', f));
 
 // A release relay on a fresh database.
 const dbDir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-relay-'));
@@ -271,6 +273,16 @@ if (r.restore) {
     row('restore with the package\'s listeners (each page\'s change event and progress to JS, posted to the page), events/s', spread(rateL), `vs without ×${fmt(median(rateL) / median(rate), 2)}; ${fmt(r.restoreListenedTold)} events told per run`);
   }
   writes('restore', r.restoreWrites, total);
+  if (r.restoreOpened) {
+    const rateO = r.restoreOpened.map((x) => (x.events / x.ms) * 1000);
+    row('restore with the opener worker (each page sent ahead fetched and decrypted in a second worker), events/s', spread(rateO), `vs without ×${fmt(median(rateO) / median(rate), 2)}`);
+    const o = [...r.restoreOpened].sort((a, b) => a.ms - b.ms)[Math.floor(r.restoreOpened.length / 2)];
+    const totalO = o.ms;
+    const shareO = (ms) => `${fmt(ms)} ms (${fmt((ms / totalO) * 100)}%)`;
+    row('restore with the opener worker: where the time goes (median run)', `HTTP + waiting for the opener ${shareO(o.timings.httpMs)}, JSON ${shareO(o.timings.parseMs)}, decrypt+validate ${shareO(o.timings.decryptMs)}, SQLite ${shareO(o.timings.applyMs)}`, `total ${fmt(totalO)} ms; ${fmt(o.timings.openedAhead)} events opened in the opener worker`);
+    const rateP = r.restorePackage.map((x) => (x.events / x.ms) * 1000);
+    row('restore as the package runs it (opener worker and listeners), events/s', spread(rateP), `vs the engine alone ×${fmt(median(rateP) / median(rate), 2)}`);
+  }
   row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
   if (r.reopen) {
     row('opening after a tab died with 100,000 rows (~42 MB) in the WAL: one read per frame / in chunks, ms',

@@ -3,8 +3,22 @@
 import init, * as bench from './pkg/simplysync.js';
 import { pageStore } from './pkg/idb-pages.js';
 import { plainJson } from './pkg/plain-json.js';
+import { custodyFor } from './pkg/custody.js';
+import { startOpener } from './pkg/opener.js';
 
 const log = (text) => self.postMessage({ log: text });
+
+// An opener worker as the package's worker starts one (js/opener.js): the secret sealed by the
+// key custody, unsealed there. Waits until it is ready.
+async function benchOpener(secret) {
+  const custody = custodyFor('bench-restore');
+  const sealed = await custody.wrap(new TextEncoder().encode(secret));
+  const wrapped = btoa(String.fromCharCode(...sealed)).replace(/\+/g, '-').replace(/\//g, '_').replace(/=+$/, '');
+  const opener = startOpener('bench-restore', wrapped);
+  for (let i = 0; i < 400 && opener?.state === 'starting'; i++) await new Promise((r) => setTimeout(r, 25));
+  if (opener?.state !== 'ready') throw new Error(`the opener worker did not start (${opener?.state})`);
+  return opener;
+}
 
 async function webcryptoThroughput(size, minMs, inFlight) {
   const key = await crypto.subtle.importKey('raw', new Uint8Array(32).fill(7), 'AES-GCM', false, ['encrypt']);
@@ -102,15 +116,23 @@ self.onmessage = async ({ data }) => {
         self.postMessage({ event, data });
       };
       const listeners = { change: post('change'), progress: post('progress') };
+      // And as the package's worker runs it with its opener worker (pages sent ahead fetched
+      // and decrypted there), with and without the listeners.
+      const opener = await benchOpener(data.restoreSecret);
       results.restore = [];
       results.restoreWrites = [];
       results.restoreListened = [];
+      results.restoreOpened = [];
+      results.restorePackage = [];
       for (let i = 0; i < runs; i++) {
         results.restore.push(await bench.benchRestore(data.restoreSecret, data.relay));
         results.restoreWrites.push(writes.take());
         results.restoreListened.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, listeners));
+        results.restoreOpened.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, undefined, opener));
+        results.restorePackage.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, listeners, opener));
         writes.take();
       }
+      opener.stop();
       results.restoreListenedTold = told / runs;
       log('reopen after a tab died');
       results.reopen = [];

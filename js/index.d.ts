@@ -347,6 +347,12 @@ export interface PullTimings {
   decryptMs: number;
   /** Writing rows, seen markers and cursors to SQLite. */
   applyMs: number;
+  /**
+   * Events the engine's opener worker fetched and decrypted while the page before them
+   * applied, taken as opened there (their wait is in `httpMs`); 0 without the worker (no
+   * IndexedDB key custody, or no nested workers).
+   */
+  openedAhead: number;
 }
 
 /** What one sync pass did with one relay. */

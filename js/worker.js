@@ -5,11 +5,13 @@
 // with the panic's message, and the tab starts a fresh worker.
 import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
 import { custodyFor, forget, markStored } from './custody.js';
+import { startOpener } from './opener.js';
 import { drop as dropPages, pageStore, poison } from './idb-pages.js';
 import { plainJson } from './plain-json.js';
 
 const ready = init();
 let engine = null;
+let opener = null;
 let dbName = null;
 let schema = null;
 
@@ -45,10 +47,23 @@ async function open(secret, options) {
   engine.onStatus((data) => post({ event: 'status', data }));
   engine.onProgress((data) => post({ event: 'progress', data }));
   if (storage.mode !== 'memory') await markStored(dbName);
+  if (storage.mode !== 'memory') useOpener();
   return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema };
 }
 
+// Pages sent ahead are fetched and decrypted in an opener worker (opener.js) when the secret is
+// in key custody here, so that worker can unseal it too; started again after a re-key (the
+// new owner's pages need the new keys).
+function useOpener() {
+  opener?.stop();
+  const wrapped = engine.storedWrappedSecret();
+  opener = wrapped ? startOpener(dbName, wrapped) : null;
+  engine.setPageOpener(opener);
+}
+
 function close() {
+  opener?.stop();
+  opener = null;
   if (!engine) return;
   // Releases the database at once; the wasm object itself is not freed: calls still running
   // (a sync waiting on a relay) hold it and settle with CLOSED-class errors, where freeing it
@@ -94,7 +109,10 @@ async function run(method, args, requestId) {
     const value = method === 'transaction'
       ? engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]))
       : await engine[method](...padded, requestId ?? undefined);
-    if (method === 'rekey' || method === 'confirmRekey') post({ event: 'owner', data: engine.ownerId });
+    if (method === 'rekey' || method === 'confirmRekey') {
+      post({ event: 'owner', data: engine.ownerId });
+      if (opener) useOpener();
+    }
     return value;
   }
   if (METHODS.has(method)) return engine[method](...args);

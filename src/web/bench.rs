@@ -426,16 +426,21 @@ pub async fn bench_raw_load(n: u32, pages: JsValue) -> Result<JsValue, JsValue> 
 
 /// A fresh device restores everything `secret` has on `relay`. With `listeners`
 /// (`{change, progress}` functions), the engine tells them as the package's worker is told
-/// (`onChange`, `onProgress`: each page's change event and progress as JS values).
+/// (`onChange`, `onProgress`: each page's change event and progress as JS values); with
+/// `opener` (js/opener.js's), pages sent ahead are fetched and decrypted in the opener worker.
 #[wasm_bindgen(js_name = benchRestore)]
 pub async fn bench_restore(
     secret: String,
     relay: String,
     pages: JsValue,
     listeners: JsValue,
+    opener: JsValue,
 ) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (e, name) = storage.engine(&secret, vec![relay], "restore").await?;
+    if !opener.is_undefined() && !opener.is_null() {
+        e.set_page_opener(Some(super::opener::from_js(&opener)?));
+    }
     let listener = |key: &str| Reflect::get(&listeners, &JsValue::from_str(key)).ok().and_then(|f| f.dyn_into().ok());
     if let Some(f) = listener("change") {
         super::engine::forward_changes(&e, f);

@@ -73,7 +73,11 @@ fn whole(value: Option<f64>, name: &str, default: u64) -> Result<u64, JsValue> {
     match value {
         None => Ok(default),
         Some(v) if v.is_finite() && v >= 0.0 && v.fract() == 0.0 && v <= u32::MAX as f64 => Ok(v as u64),
-        Some(v) => Err(bad_arg(format!("{name} must be a whole number of at most {}, got {v}", u32::MAX))),
+        Some(v) => Err(bad_arg(format!(
+            "{name} must be a whole number of at most {}, got {}",
+            u32::MAX,
+            super::io::js_string(&v.into())
+        ))),
     }
 }
 
@@ -671,7 +675,18 @@ impl WebEngine {
         self.inner.current().ok_or_else(|| js_error("CLOSED", "the engine is closed"))
     }
 
-    /// The secret as stored (sealed by key custody), if any; for tests of the custody.
+    /// Hands the pulls the engine sends ahead to an opener worker (`{pull(request, ownerId)}`,
+    /// js/opener.js), which fetches and decrypts each page while the page before applies;
+    /// `null` goes back to doing everything in this worker.
+    #[wasm_bindgen(js_name = setPageOpener)]
+    pub fn set_page_opener(&self, opener: JsValue) -> Result<(), JsValue> {
+        let opener =
+            if opener.is_null() || opener.is_undefined() { None } else { Some(super::opener::from_js(&opener)?) };
+        self.engine()?.set_page_opener(opener);
+        Ok(())
+    }
+
+    /// The secret as stored (sealed by key custody), if any: what an opener worker unseals.
     #[wasm_bindgen(js_name = storedWrappedSecret)]
     pub fn stored_wrapped_secret(&self) -> Result<Option<String>, JsValue> {
         self.engine()?.wrapped_secret().map_err(err)

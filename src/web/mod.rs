@@ -10,6 +10,7 @@ pub mod convert;
 pub mod engine;
 mod errors;
 pub mod io;
+pub mod opener;
 mod panic;
 pub mod protocol_api;
 mod writes;

@@ -194,6 +194,33 @@ for (const engine of ENGINES) {
     assert.deepEqual([again.ownerId, again.mode], [first.ownerId, engine.storage], 'the same database, its secret kept');
     assert.deepEqual(await titles(restarted), ['one', 'two', 'written offline', 'from tab 2', 'before the browser quit']);
 
+    // A third device restores three pages: pages two and three are fetched and decrypted in its
+    // opener worker (a nested worker with the same keys), and every row arrives. It opens first,
+    // so its opener worker is ready by the time A's 2,100 more rows are on the relay.
+    proxy.online();
+    const c = await device();
+    await c.run(
+      async (o) => {
+        window.engine = await window.simplysync.createEngine(o);
+      },
+      { secret: phrase, relays: [proxy.url], schema: SCHEMA, dbName: 'engines.db', autoSync: false, openTimeoutMs: 30000 },
+    );
+    await restarted.run(async () => {
+      const ops = Array.from({ length: 2100 }, (_, i) => ({ op: 'insert', table: 'todos', row: { id: `bulk-${String(i).padStart(4, '0')}`, title: `n${i}` } }));
+      await window.engine.transaction(ops);
+      const report = await window.engine.sync();
+      if (report.relays[0].error) throw new Error(report.relays[0].error.message);
+    });
+    const restore = await c.run(async () => {
+      const pass = (await window.engine.sync()).relays[0];
+      return { pass, rows: (await window.engine.list('todos')).length };
+    });
+    assert.equal(restore.pass.error, null);
+    assert.equal(restore.rows, 2105);
+    assert.ok(restore.pass.received > 2000, `received ${restore.pass.received}`);
+    assert.equal(restore.pass.timings.openedAhead, restore.pass.received - 1000, 'every page after the first opened in the opener worker');
+
+    await c.quit();
     await restarted.quit();
     await b.quit();
   });

@@ -323,3 +323,32 @@ test('on IndexedDB storage a tab hears of a write only once it is durable (flush
   await page.evaluate(() => window.engine.close());
   await context.close();
 });
+
+test('a restore of three pages: pages two and three are fetched and decrypted in the opener worker, and every row arrives', async () => {
+  // Device B opens first (its opener worker starts meanwhile: it unseals the secret on its own),
+  // then device A pushes 2,100 rows, then B restores them.
+  const contextA = await browser.newContext();
+  const a = await openApp(contextA, server.url);
+  const phrase = await a.evaluate(() => window.simplysync.createMnemonic());
+  const contextB = await browser.newContext();
+  const b = await openApp(contextB, server.url);
+  const info = await open(b, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-b.db' });
+  assert.equal(info.storage.mode, 'opfs');
+  await open(a, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-a.db' });
+  const pushed = await a.evaluate(async () => {
+    const ops = Array.from({ length: 2100 }, (_, i) => ({ op: 'insert', table: 'todos', row: { id: `t${String(i).padStart(4, '0')}`, title: `n${i}`, done: i % 2 === 0 } }));
+    await window.engine.transaction(ops);
+    return (await window.engine.sync()).relays[0].pushed;
+  });
+  assert.equal(pushed, 2100);
+  const pass = await b.evaluate(async () => (await window.engine.sync()).relays[0]);
+  assert.equal(pass.error, null);
+  assert.deepEqual([pass.received, pass.applied, pass.quarantined], [2100, 2100, 0]);
+  assert.equal(pass.timings.openedAhead, 1100, 'pages two and three were opened in the opener worker');
+  const rows = await b.evaluate(async () => (await window.engine.list('todos', { orderBy: 'id' })).map((r) => [r.id, r.title, r.done]));
+  assert.equal(rows.length, 2100);
+  assert.deepEqual(rows[1099], ['t1099', 'n1099', false]);
+  assert.deepEqual(rows[2100 - 1], ['t2099', 'n2099', false]);
+  await contextA.close();
+  await contextB.close();
+});
