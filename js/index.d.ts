@@ -349,8 +349,9 @@ export interface PullTimings {
   applyMs: number;
   /**
    * Events the engine's opener worker fetched and decrypted while the page before them
-   * applied, taken as opened there (their wait is in `httpMs`); 0 without the worker (no
-   * IndexedDB key custody, or no nested workers).
+   * applied, whose checks used its opening (applied, stale or deferred; their wait is in
+   * `httpMs`); 0 without the worker (memory storage, no IndexedDB key custody, no nested
+   * workers) and while it starts.
    */
   openedAhead: number;
 }

@@ -7,26 +7,30 @@ import init, { PageOpener } from './simplysync.js';
 import { custodyFor } from './custody.js';
 
 let opener = null;
-let ahead = null; // {url, bearer, at, answer}: the next pull, sent before it was asked for
+// The next pulls, sent before they were asked for (one per relay being pulled), by URL:
+// {bearer, answer, abort}; each dropped (and its fetch aborted) unless asked for within 10 s.
+const aheads = new Map();
+const AHEAD_KEPT_MS = 10000;
+const AHEADS_MAX = 8;
 
 const failed = (e) => self.postMessage({ failed: String(e?.message ?? e) });
 
 // One GET with the engine's transport rules (src/web/io.rs): aborted at its deadline, and a
 // body past maxBytes (declared or not) not read.
-async function get(url, bearer, timeoutMs, maxBytes) {
-  const abort = new AbortController();
+async function get(url, bearer, timeoutMs, maxBytes, abort = new AbortController()) {
   let timedOut = false;
   const timer = setTimeout(() => {
     timedOut = true;
     abort.abort();
-  }, timeoutMs);
+  }, Math.min(timeoutMs, 2 ** 31 - 1));
   const tooLarge = () => {
     abort.abort();
     return new Error(`the relay's answer is larger than ${maxBytes} bytes; it was not read`);
   };
   try {
-    const res = await fetch(url, { headers: bearer ? { Authorization: `Bearer ${bearer}` } : {}, signal: abort.signal });
-    if (Number(res.headers.get('content-length') ?? 0) > maxBytes) throw tooLarge();
+    const res = await fetch(url, { headers: bearer != null ? { Authorization: `Bearer ${bearer}` } : {}, signal: abort.signal });
+    const declared = res.headers.get('content-length')?.trim();
+    if (/^\d+$/.test(declared ?? '') && Number(declared) > maxBytes) throw tooLarge();
     const chunks = [];
     let size = 0;
     for (const reader = res.body?.getReader(); reader; ) {
@@ -45,12 +49,27 @@ async function get(url, bearer, timeoutMs, maxBytes) {
   }
 }
 
+function sendAhead(url, bearer, timeoutMs, maxBytes) {
+  if (aheads.size >= AHEADS_MAX) drop(aheads.keys().next().value, true);
+  const abort = new AbortController();
+  const answer = get(url, bearer, timeoutMs, maxBytes, abort);
+  answer.catch(() => {}); // asked for later, or never
+  aheads.set(url, { bearer, answer, abort, timer: setTimeout(() => drop(url, true), AHEAD_KEPT_MS) });
+}
+
+function drop(url, abort) {
+  const kept = aheads.get(url);
+  aheads.delete(url);
+  clearTimeout(kept?.timer);
+  if (abort) kept?.abort.abort();
+}
+
 self.onmessage = async ({ data }) => {
   if (data.init) {
     try {
       await init();
       // Unsealed as the engine's own open unseals it (the sealed form is base64url), handed to
-      // the module and overwritten here.
+      // the module, and this copy overwritten.
       const sealed = Uint8Array.from(atob(data.init.wrapped.replace(/-/g, '+').replace(/_/g, '/')), (c) => c.charCodeAt(0));
       const secret = await custodyFor(data.init.dbName).unwrap(sealed);
       try {
@@ -66,15 +85,12 @@ self.onmessage = async ({ data }) => {
   }
   const { id, url, bearer, timeoutMs, maxBytes, ownerId } = data;
   try {
-    const sent = ahead?.url === url && ahead.bearer === bearer && Date.now() - ahead.at < 10000 ? ahead.answer : get(url, bearer, timeoutMs, maxBytes);
-    ahead = null;
-    const answer = await sent;
+    const kept = aheads.get(url);
+    if (kept) drop(url, kept.bearer !== bearer);
+    const answer = await (kept?.bearer === bearer ? kept.answer : get(url, bearer, timeoutMs, maxBytes));
     if (answer.status === 200) {
       const next = opener.nextUrl(url, answer.body);
-      if (next) {
-        ahead = { url: next, bearer, at: Date.now(), answer: get(next, bearer, timeoutMs, maxBytes) };
-        ahead.answer.catch(() => {}); // asked for later, or never
-      }
+      if (next && !aheads.has(next)) sendAhead(next, bearer, timeoutMs, maxBytes);
       answer.opened = opener.open(ownerId, answer.body);
     }
     self.postMessage({ id, answer }, [answer.body.buffer, answer.opened?.buffer].filter(Boolean));

@@ -2,8 +2,8 @@
 // that fetches and decrypts the pages the engine sends ahead while the engine applies the page
 // before (on two cores the restore's decryption then overlaps its SQLite writes). It unseals the
 // same secret through the same key custody (custody.js): no secret or key crosses postMessage.
-// Until it is ready, after it failed, and where a worker cannot start one, `pull` resolves null
-// and the engine fetches and decrypts the page itself: the opener only ever saves time.
+// Until it is ready, after it failed, and where a worker cannot start one, `pull` returns null
+// and the engine fetches and decrypts the page itself, as before.
 
 /** Extra time an answer may take beyond the request's own deadline before the opener counts as stuck. */
 const GRACE_MS = 5000;
@@ -48,11 +48,12 @@ export function startOpener(dbName, wrapped) {
   };
   worker.postMessage({ init: { dbName, wrapped } });
   return {
+    // null (not a promise) when not ready: the engine then sends the pull itself at once.
     pull(url, bearer, timeoutMs, maxBytes, ownerId) {
-      if (state !== 'ready') return Promise.resolve(null);
+      if (state !== 'ready') return null;
       const id = ++nextId;
       return new Promise((resolve, reject) => {
-        const limit = timeoutMs + GRACE_MS;
+        const limit = Math.min(timeoutMs + GRACE_MS, 2 ** 31 - 1);
         const timer = setTimeout(() => fail(`the opener worker did not answer within ${limit} ms`), limit);
         pending.set(id, { resolve, reject, timer });
         worker.postMessage({ id, url, bearer, timeoutMs, maxBytes, ownerId });

@@ -53,7 +53,7 @@ pub use events::{ChangeEvent, ChangeSource, Progress, RowChange};
 pub use limits::{EngineOptions, DEFAULT_MAX_BLOB_BYTES, DEFAULT_MAX_EVENT_BYTES, DEFAULT_REQUEST_TIMEOUT_MS};
 pub use live::{LiveInfo, LiveState, LiveStep};
 pub use mutate::{Op, Written, WrittenRows};
-pub use opened::{open_page, PageToOpen};
+pub use opened::{open_page, pack_openings, unpack_openings, PageToOpen};
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
 pub use sync::{

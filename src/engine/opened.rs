@@ -61,6 +61,45 @@ pub fn open_page(identity: &Identity, owner_id: &str, body: &[u8]) -> Option<Ope
     PageToOpen::read(body)?.open(identity, owner_id)
 }
 
+/// `ends[i]` of an envelope that was not opened.
+const NOT_OPENED: u32 = u32::MAX;
+
+/// Openings as bytes: their count `n`, then each one's end in the plaintexts (or
+/// [`NOT_OPENED`]), as little-endian u32s, then the plaintexts one after another.
+pub fn pack_openings(openings: &Openings) -> Vec<u8> {
+    let n = openings.len();
+    let mut out = Vec::with_capacity(4 + 4 * n + openings.iter().flatten().map(Vec::len).sum::<usize>());
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let mut end = 0u32;
+    for o in openings {
+        let e = o.as_ref().map_or(NOT_OPENED, |p| {
+            end += p.len() as u32;
+            end
+        });
+        out.extend_from_slice(&e.to_le_bytes());
+    }
+    openings.iter().flatten().for_each(|p| out.extend_from_slice(p));
+    out
+}
+
+/// [`pack_openings`] undone; `None` if the bytes do not hold what they say (then nothing is used).
+pub fn unpack_openings(bytes: &[u8]) -> Option<Openings> {
+    let word = |i: usize| Some(u32::from_le_bytes(bytes.get(4 * i..4 * i + 4)?.try_into().ok()?));
+    let n = word(0)? as usize;
+    let plain = bytes.get(n.checked_add(1)?.checked_mul(4)?..)?;
+    let mut start = 0usize;
+    (1..=n)
+        .map(|i| match word(i)? {
+            NOT_OPENED => Some(None),
+            end => {
+                let p = plain.get(start..end as usize)?.to_vec();
+                start = end as usize;
+                Some(Some(p))
+            }
+        })
+        .collect()
+}
+
 impl std::fmt::Debug for dyn PageOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("PageOpener")
@@ -95,5 +134,22 @@ mod tests {
         assert!(PageToOpen::read(b"[]").is_none(), "not a page");
         assert!(PageToOpen::read(br#"{"nextCursor":"1"}"#).is_none());
         assert_eq!(super::super::relay_api::RelayApi::next_pull_url("http://r/v1/status", "1"), None);
+    }
+}
+
+#[cfg(test)]
+mod packing {
+    use super::*;
+
+    #[test]
+    fn openings_pack_and_unpack_as_they_were() {
+        let o: Openings = vec![Some(b"ab".to_vec()), None, Some(Vec::new()), Some(b"xyz".to_vec())];
+        assert_eq!(unpack_openings(&pack_openings(&o)), Some(o));
+        assert_eq!(unpack_openings(&pack_openings(&Vec::new())), Some(Vec::new()));
+        let mut bad = pack_openings(&vec![Some(b"ab".to_vec())]);
+        bad.pop();
+        assert_eq!(unpack_openings(&bad), None, "an end past the plaintexts");
+        assert_eq!(unpack_openings(&[5, 0, 0, 0]), None, "fewer ends than the count");
+        assert_eq!(unpack_openings(&[0xff, 0xff, 0xff, 0xff]), None, "a count past any length");
     }
 }

@@ -70,7 +70,8 @@ type Fetched = (PullAnswer, Option<Openings>);
 
 /// A pull request sent ahead, before the current page is applied; awaited when the loop gets
 /// to it, dropped (aborted) otherwise. Sent through the engine's page opener if it has one:
-/// the page is then fetched and decrypted on the opener's thread during the apply.
+/// the page is then fetched and decrypted on the opener's thread during the apply (dropped,
+/// that work finishes there unread).
 struct Ahead<'a> {
     after: String,
     limit: u32,

@@ -19,7 +19,7 @@ use super::io::js_message;
 use crate::engine::io::{
     HttpRequest, HttpResponse, LocalFuture, OpenedPull, Openings, PageOpener as OpensPages, TransportError,
 };
-use crate::engine::PageToOpen;
+use crate::engine::{pack_openings, unpack_openings, PageToOpen};
 use crate::protocol::{Identity, Secret};
 
 /// The opener worker's keys.
@@ -49,56 +49,17 @@ impl PageOpener {
         PageToOpen::read(body)?.next_url(url)
     }
 
-    /// The page `body`'s envelopes opened with these keys, packed (see [`pack`]); `undefined`
+    /// The page `body`'s envelopes opened with these keys, packed (see [`pack_openings`]); `undefined`
     /// when it is not a page of `owner_id`'s.
     pub fn open(&self, owner_id: &str, body: &[u8]) -> Option<Vec<u8>> {
-        PageToOpen::read(body)?.open(&self.identity, owner_id).map(|o| pack(&o))
+        PageToOpen::read(body)?.open(&self.identity, owner_id).map(|o| pack_openings(&o))
     }
-}
-
-/// `ends[i]` of an envelope that was not opened.
-const NOT_OPENED: u32 = u32::MAX;
-
-/// Openings as bytes: their count `n`, then each one's end in the plaintexts (or
-/// [`NOT_OPENED`]), as little-endian u32s, then the plaintexts one after another.
-fn pack(openings: &Openings) -> Vec<u8> {
-    let n = openings.len();
-    let mut out = Vec::with_capacity(4 + 4 * n + openings.iter().flatten().map(Vec::len).sum::<usize>());
-    out.extend_from_slice(&(n as u32).to_le_bytes());
-    let mut end = 0u32;
-    for o in openings {
-        let e = o.as_ref().map_or(NOT_OPENED, |p| {
-            end += p.len() as u32;
-            end
-        });
-        out.extend_from_slice(&e.to_le_bytes());
-    }
-    openings.iter().flatten().for_each(|p| out.extend_from_slice(p));
-    out
-}
-
-/// [`pack`] undone; `None` if the bytes do not hold what they say (then nothing is used).
-fn unpack(bytes: &[u8]) -> Option<Openings> {
-    let word = |i: usize| Some(u32::from_le_bytes(bytes.get(4 * i..4 * i + 4)?.try_into().ok()?));
-    let n = word(0)? as usize;
-    let plain = bytes.get(4 + 4 * n..)?;
-    let mut start = 0usize;
-    (1..=n)
-        .map(|i| match word(i)? {
-            NOT_OPENED => Some(None),
-            end => {
-                let p = plain.get(start..end as usize)?.to_vec();
-                start = end as usize;
-                Some(Some(p))
-            }
-        })
-        .collect()
 }
 
 /// The engine's side: `{pull(url, bearer, timeoutMs, maxResponseBytes, ownerId)}` as
-/// js/opener.js gives it, resolving `{status, body, retryAfter, opened}` (`opened`: the
-/// packed openings, or undefined), `null` while the opener worker is not ready or after it
-/// failed, or rejecting with the network error's message.
+/// js/opener.js gives it: `null` at once while the opener worker is not ready or after it
+/// failed, else a promise of `{status, body, retryAfter, opened}` (`opened`: the packed
+/// openings, or undefined) that rejects with the network error's message.
 pub(crate) struct JsPageOpener {
     this: JsValue,
     pull: Function,
@@ -118,7 +79,7 @@ fn answer_from_js(v: &JsValue) -> Option<(HttpResponse, Option<Openings>)> {
     let status = get("status")?.as_f64().filter(|s| (100.0..600.0).contains(s))? as u16;
     let body = get("body")?.dyn_into::<Uint8Array>().ok()?.to_vec();
     let retry_after = get("retryAfter")?.as_string();
-    let opened = get("opened")?.dyn_into::<Uint8Array>().ok().and_then(|o| unpack(&o.to_vec()));
+    let opened = get("opened")?.dyn_into::<Uint8Array>().ok().and_then(|o| unpack_openings(&o.to_vec()));
     Some((HttpResponse { status, body, retry_after }, opened))
 }
 
@@ -135,8 +96,13 @@ impl OpensPages for JsPageOpener {
             &(request.max_response_bytes as f64).into(),
             &owner_id.into(),
         );
-        let sent = self.pull.apply(&self.this, &args).and_then(|p| p.dyn_into::<Promise>());
         let fail = |e: JsValue| TransportError(js_message(&e));
+        let sent = match self.pull.apply(&self.this, &args) {
+            // Not ready (or gone): answered at once, so the engine sends the pull itself in the
+            // same step and its network time still overlaps the apply.
+            Ok(v) if v.is_null() || v.is_undefined() => return Box::pin(std::future::ready(Ok(None))),
+            other => other.and_then(|p| p.dyn_into::<Promise>()),
+        };
         Box::pin(async move {
             let answer = JsFuture::from(sent.map_err(fail)?).await.map_err(fail)?;
             if answer.is_null() || answer.is_undefined() {
@@ -153,20 +119,4 @@ impl OpensPages for JsPageOpener {
 /// A page opener that is there, for the engine (`Rc<dyn PageOpener>`).
 pub(crate) fn from_js(v: &JsValue) -> Result<Rc<dyn OpensPages>, JsValue> {
     Ok(Rc::new(JsPageOpener::from_js(v)?))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn openings_pack_and_unpack_as_they_were() {
-        let o: Openings = vec![Some(b"ab".to_vec()), None, Some(Vec::new()), Some(b"xyz".to_vec())];
-        assert_eq!(unpack(&pack(&o)), Some(o));
-        assert_eq!(unpack(&pack(&Vec::new())), Some(Vec::new()));
-        let mut bad = pack(&vec![Some(b"ab".to_vec())]);
-        bad.pop();
-        assert_eq!(unpack(&bad), None, "an end past the plaintexts");
-        assert_eq!(unpack(&[5, 0, 0, 0]), None, "fewer ends than the count");
-    }
 }

@@ -1,6 +1,7 @@
 //! A page opener (the browser's opener worker) fetches and decrypts the pages a pull sends
-//! ahead. It may only save time: whatever it answers — nothing, an error, openings that lie —
-//! the engine applies and files exactly what it would have without it.
+//! ahead. It is the package's own code holding the same keys; what the engine guards against is
+//! an opener that is not ready, fails, or hands back openings that are not their envelopes'
+//! (garbage, shifted by one): then it applies and files exactly what it would have without it.
 
 use std::cell::Cell;
 use std::rc::Rc;
