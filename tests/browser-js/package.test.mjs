@@ -352,3 +352,38 @@ test('a restore of three pages: pages two and three are fetched and decrypted in
   await contextA.close();
   await contextB.close();
 });
+
+test('after a re-key the opener worker opens the new owner\'s pages', async () => {
+  const contextB = await browser.newContext();
+  const b = await openApp(contextB, server.url);
+  const [oldPhrase, newPhrase] = await b.evaluate(async () => [await window.simplysync.createMnemonic(), await window.simplysync.createMnemonic()]);
+  await open(b, { secret: oldPhrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-rekey-b.db' });
+  const owners = await b.evaluate(async (fresh) => {
+    const e = window.engine;
+    await e.insert('todos', { id: 'kept', title: 'from before the re-key' });
+    await e.sync();
+    const before = e.ownerId;
+    await e.rekey(fresh);
+    await e.confirmRekey();
+    return [before, e.ownerId];
+  }, newPhrase);
+  assert.notEqual(owners[0], owners[1]);
+  // Another device of the new owner writes three pages' worth.
+  const contextD = await browser.newContext();
+  const d = await openApp(contextD, server.url);
+  await open(d, { secret: newPhrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-rekey-d.db' });
+  await d.evaluate(async () => {
+    await window.engine.sync();
+    const ops = Array.from({ length: 2100 }, (_, i) => ({ op: 'insert', table: 'todos', row: { id: `r${i}`, title: `n${i}` } }));
+    await window.engine.transaction(ops);
+    const r = (await window.engine.sync()).relays[0];
+    if (r.error || r.pushed !== 2100) throw new Error(`pushed ${r.pushed}: ${r.error?.message}`);
+  });
+  const pass = await b.evaluate(async () => (await window.engine.sync()).relays[0]);
+  assert.equal(pass.error, null);
+  assert.ok(pass.received >= 2100, `received ${pass.received}`);
+  assert.equal(pass.timings.openedAhead, pass.received - 1000, 'the opener worker has the new owner\'s keys');
+  assert.equal(await b.evaluate(async () => (await window.engine.list('todos')).length), 2101);
+  await contextB.close();
+  await contextD.close();
+});
