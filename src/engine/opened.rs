@@ -1,8 +1,8 @@
-//! A pulled page opened away from the engine's thread: the helper's half of [`PageOpener`]
-//! (the browser's opener worker runs [`open_page`] in a second wasm instance with the same
+//! A pulled page opened away from the engine's thread: the helper's half of [`super::io::PageOpener`]
+//! (the browser's opener worker reads pages with [`PageToOpen`] in a second wasm instance with the same
 //! keys), so a page sent ahead is decrypted while the engine applies the one before.
 
-use super::io::{Openings, PageOpener};
+use super::io::Openings;
 use super::relay_api::PullPage;
 use crate::protocol::envelope::decrypt_envelope_bytes;
 use crate::protocol::json_fields::FromJson;
@@ -65,7 +65,7 @@ pub fn open_page(identity: &Identity, owner_id: &str, body: &[u8]) -> Option<Ope
 const NOT_OPENED: u32 = u32::MAX;
 
 /// Openings as bytes: their count `n`, then each one's end in the plaintexts (or
-/// [`NOT_OPENED`]), as little-endian u32s, then the plaintexts one after another.
+/// `0xffffffff`), as little-endian u32s, then the plaintexts one after another.
 pub fn pack_openings(openings: &Openings) -> Vec<u8> {
     let n = openings.len();
     let mut out = Vec::with_capacity(4 + 4 * n + openings.iter().flatten().map(Vec::len).sum::<usize>());
@@ -98,12 +98,6 @@ pub fn unpack_openings(bytes: &[u8]) -> Option<Openings> {
             }
         })
         .collect()
-}
-
-impl std::fmt::Debug for dyn PageOpener {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("PageOpener")
-    }
 }
 
 #[cfg(test)]

@@ -60,18 +60,17 @@ impl PageOpener {
 /// js/opener.js gives it: `null` at once while the opener worker is not ready or after it
 /// failed, else a promise of `{status, body, retryAfter, opened}` (`opened`: the packed
 /// openings, or undefined) that rejects with the network error's message.
-pub(crate) struct JsPageOpener {
+struct JsPageOpener {
     this: JsValue,
     pull: Function,
 }
 
-impl JsPageOpener {
-    pub(crate) fn from_js(v: &JsValue) -> Result<JsPageOpener, JsValue> {
-        let pull = Reflect::get(v, &"pull".into())?
-            .dyn_into::<Function>()
-            .map_err(|_| super::writes::bad_arg("opener.pull must be a function".into()))?;
-        Ok(JsPageOpener { this: v.clone(), pull })
-    }
+/// The page opener `v` (js/opener.js's), for the engine.
+pub(crate) fn from_js(v: &JsValue) -> Result<Rc<dyn OpensPages>, JsValue> {
+    let pull = Reflect::get(v, &"pull".into())?
+        .dyn_into::<Function>()
+        .map_err(|_| super::writes::bad_arg("opener.pull must be a function".into()))?;
+    Ok(Rc::new(JsPageOpener { this: v.clone(), pull }))
 }
 
 fn answer_from_js(v: &JsValue) -> Option<(HttpResponse, Option<Openings>)> {
@@ -114,9 +113,4 @@ impl OpensPages for JsPageOpener {
             }
         })
     }
-}
-
-/// A page opener that is there, for the engine (`Rc<dyn PageOpener>`).
-pub(crate) fn from_js(v: &JsValue) -> Result<Rc<dyn OpensPages>, JsValue> {
-    Ok(Rc::new(JsPageOpener::from_js(v)?))
 }

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use crate::harness::{phrase, todo, Device, FaultyTransport, TestRelay};
 use simplysync::engine::io::{HttpRequest, LocalFuture, OpenedPull, PageOpener, Transport, TransportError};
-use simplysync::engine::{open_page, Op};
+use simplysync::engine::{open_page, Op, RelayPassReport};
 use simplysync::protocol::{Identity, Secret};
 
 /// What the test opener answers.
@@ -86,16 +86,22 @@ async fn todos_on_the_relay(secret: &str, relay: &TestRelay) -> Device {
     a
 }
 
+/// A new device of `secret` restores from `relay` through an opener answering as `answers`:
+/// the device, its pass and the opener's pull count.
+async fn restored_through(secret: &str, relay: &TestRelay, answers: Answers) -> (Device, RelayPassReport, u32) {
+    let (b, pulls) = device_with_opener(secret, relay, answers);
+    let pass = b.sync().await.relays.swap_remove(0);
+    (b, pass, pulls.get())
+}
+
 #[tokio::test]
 async fn the_pages_sent_ahead_are_fetched_and_opened_by_the_opener() {
     let relay = TestRelay::start();
     let secret = phrase();
     let a = todos_on_the_relay(&secret, &relay).await;
-    let (b, pulls) = device_with_opener(&secret, &relay, Answers::Honestly);
-    let r = b.sync().await;
-    let pass = &r.relays[0];
+    let (b, pass, pulls) = restored_through(&secret, &relay, Answers::Honestly).await;
     assert_eq!((pass.received, pass.applied, pass.quarantined), (2500, 2500, 0), "{pass:?}");
-    assert_eq!(pulls.get(), 2, "pages two and three were sent ahead, through the opener");
+    assert_eq!(pulls, 2, "pages two and three were sent ahead, through the opener");
     assert_eq!(pass.timings.opened_ahead, 1500, "their envelopes were opened there, and taken as such");
     assert_eq!(b.net.sent("GET", "/v1/events?"), 3, "each page fetched once");
     assert_eq!(b.todos(), a.todos());
@@ -107,9 +113,8 @@ async fn openings_that_lie_change_nothing_the_engine_applies() {
     let secret = phrase();
     let a = todos_on_the_relay(&secret, &relay).await;
     for answers in [Answers::Garbage, Answers::Shifted] {
-        let (b, pulls) = device_with_opener(&secret, &relay, answers);
-        let pass = b.sync().await.relays.swap_remove(0);
-        assert_eq!(pulls.get(), 2);
+        let (b, pass, pulls) = restored_through(&secret, &relay, answers).await;
+        assert_eq!(pulls, 2);
         assert_eq!((pass.received, pass.applied, pass.quarantined), (2500, 2500, 0), "{pass:?}");
         assert_eq!(pass.timings.opened_ahead, 0, "no opening was taken");
         assert_eq!(b.todos(), a.todos(), "every event opened again by the engine");
@@ -122,9 +127,8 @@ async fn an_opener_not_ready_or_failing_leaves_the_pull_to_the_engine() {
     let secret = phrase();
     let a = todos_on_the_relay(&secret, &relay).await;
     for answers in [Answers::NotReady, Answers::Failing] {
-        let (b, pulls) = device_with_opener(&secret, &relay, answers);
-        let pass = b.sync().await.relays.swap_remove(0);
-        assert_eq!(pulls.get(), 2);
+        let (b, pass, pulls) = restored_through(&secret, &relay, answers).await;
+        assert_eq!(pulls, 2);
         assert_eq!(pass.error, None);
         assert_eq!((pass.applied, pass.timings.opened_ahead), (2500, 0), "{pass:?}");
         assert_eq!(b.net.sent("GET", "/v1/events?"), 3, "the engine pulled pages two and three itself");
@@ -163,7 +167,7 @@ async fn a_forged_event_is_quarantined_alike_with_and_without_an_opener() {
     let without = plain.sync().await.relays.swap_remove(0);
     for answers in [Answers::Honestly, Answers::Garbage] {
         let (b, _) = device_with_opener(&secret, &relay, answers);
-        forge(&b);
+        forge(&b); // before its pass
         let with = b.sync().await.relays.swap_remove(0);
         assert_eq!((with.applied, with.quarantined), (2497, 3), "{with:?}");
         assert_eq!((with.applied, with.quarantined), (without.applied, without.quarantined));
