@@ -89,9 +89,11 @@ self.onmessage = async ({ data }) => {
     if (kept) drop(url, kept.bearer !== bearer);
     const answer = await (kept?.bearer === bearer ? kept.answer : get(url, bearer, timeoutMs, maxBytes));
     if (answer.status === 200) {
-      const next = opener.nextUrl(url, answer.body);
-      if (next && !aheads.has(next)) sendAhead(next, bearer, timeoutMs, maxBytes);
-      answer.opened = opener.open(ownerId, answer.body);
+      // The page is read once: the pull after it is sent (from inside `open`) before the
+      // decryption starts.
+      answer.opened = opener.open(url, ownerId, answer.body, (next) => {
+        if (!aheads.has(next)) sendAhead(next, bearer, timeoutMs, maxBytes);
+      });
     }
     self.postMessage({ id, answer }, [answer.body.buffer, answer.opened?.buffer].filter(Boolean));
   } catch (e) {

@@ -42,17 +42,17 @@ impl PageOpener {
         Ok(PageOpener { identity: secret.identity() })
     }
 
-    /// For a pull sent to `url` that answered `body`: the URL of the pull the engine sends
-    /// next, if it will send one (the opener fetches it while it opens this page).
-    #[wasm_bindgen(js_name = nextUrl)]
-    pub fn next_url(&self, url: &str, body: &[u8]) -> Option<String> {
-        PageToOpen::read(body)?.next_url(url)
-    }
-
-    /// The page `body`'s envelopes opened with these keys, packed (see [`pack_openings`]); `undefined`
-    /// when it is not a page of `owner_id`'s.
-    pub fn open(&self, owner_id: &str, body: &[u8]) -> Option<Vec<u8>> {
-        PageToOpen::read(body)?.open(&self.identity, owner_id).map(|o| pack_openings(&o))
+    /// Opens the page `body` that a pull sent to `url` answered, read once: first calls
+    /// `ahead(nextUrl)` when the engine will pull a page after this one (the opener worker
+    /// fetches it while this page is decrypted), then returns the envelopes opened with these
+    /// keys, packed (see [`pack_openings`]); `undefined` when `body` is not a page, or not one
+    /// of `owner_id`'s. `ahead` throwing changes nothing here.
+    pub fn open(&self, url: &str, owner_id: &str, body: &[u8], ahead: &Function) -> Option<Vec<u8>> {
+        let page = PageToOpen::read(body)?;
+        if let Some(next) = page.next_url(url) {
+            let _ = ahead.call1(&JsValue::NULL, &next.into());
+        }
+        page.open(&self.identity, owner_id).map(|o| pack_openings(&o))
     }
 }
 
