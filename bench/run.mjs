@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|writes] [--cpu-profile FILE]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -51,7 +51,7 @@ const relay = await new Promise((resolve) => relayProc.stdout.on('data', (d) => 
   if (m) resolve(m[1]);
 }));
 
-const seedCount = arg('only', '') && arg('only', '') !== 'restore' ? 1 : events;
+const seedCount = ['', 'restore', 'package'].includes(arg('only', '')) ? events : 1;
 console.error(`seeding ${seedCount} events…`);
 const t0 = Date.now();
 const seeded = JSON.parse(sh(path.join(target, 'release/examples/bench_seed'), [relay, String(seedCount)]));
@@ -249,13 +249,16 @@ for (const [size, a] of Object.entries(r.aes ?? {})) {
   row(`AES-256-GCM ${size / 1024} KiB: WebCrypto awaited one by one / 32 in flight, MB/s`, `${spread(c, 1)} / ${spread(c32, 1)}`,
     `ratio wasm/WebCrypto ${fmt(median(w) / median(c), 2)} / ${fmt(median(w) / median(c32), 2)}`);
 }
-if (r.restore) {
-  const rate = r.restore.map((x) => (x.events / x.ms) * 1000);
-  row(`restore: fresh device pulls + applies ${fmt(r.restore[0].events)} events, events/s`, spread(rate));
-  const t = r.restore[Math.floor(r.restore.length / 2)];
+if (r.restore || r.restoreOpened) {
+  // (`--only package` runs the opener's two rows alone: no engine-alone restore to compare.)
+  const rate = r.restore?.map((x) => (x.events / x.ms) * 1000) ?? [NaN];
+  const t = r.restore?.[Math.floor(r.restore.length / 2)] ?? { ms: NaN };
   const total = t.ms;
-  const share = (ms) => `${fmt(ms)} ms (${fmt((ms / total) * 100)}%)`;
-  row('restore: where the time goes (median run)', `HTTP ${share(t.timings.httpMs)}, JSON ${share(t.timings.parseMs)}, decrypt+validate ${share(t.timings.decryptMs)}, SQLite ${share(t.timings.applyMs)}`, `total ${fmt(total)} ms`);
+  if (r.restore) {
+    row(`restore: fresh device pulls + applies ${fmt(r.restore[0].events)} events, events/s`, spread(rate));
+    const share = (ms) => `${fmt(ms)} ms (${fmt((ms / total) * 100)}%)`;
+    row('restore: where the time goes (median run)', `HTTP ${share(t.timings.httpMs)}, JSON ${share(t.timings.parseMs)}, decrypt+validate ${share(t.timings.decryptMs)}, SQLite ${share(t.timings.applyMs)}`, `total ${fmt(total)} ms`);
+  }
   if (r.rawLoad) {
     const floor = r.rawLoad.map((x) => (x.rows / x.ms) * 1000);
     row(`the floor: ${fmt(r.rawLoad[0].rows)} rows by bare INSERTs, a commit per 1000, rows/s`, spread(floor), `restore / floor ×${fmt(median(rate) / median(floor), 2)}`);
@@ -283,7 +286,7 @@ if (r.restore) {
     const rateP = r.restorePackage.map((x) => (x.events / x.ms) * 1000);
     row('restore as the package runs it (opener worker and listeners), events/s', spread(rateP), `vs the engine alone ×${fmt(median(rateP) / median(rate), 2)}`);
   }
-  row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
+  if (r.restore) row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
   if (r.reopen) {
     row('opening after a tab died with 100,000 rows (~42 MB) in the WAL: one read per frame / in chunks, ms',
       `${spread(r.reopen.map((x) => x.frameByFrame.ms))} / ${spread(r.reopen.map((x) => x.chunked.ms))}`,

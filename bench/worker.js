@@ -151,6 +151,21 @@ self.onmessage = async ({ data }) => {
       self.postMessage({ results });
       return;
     }
+    if (data.only === 'package') {
+      // Only the restore as the package runs it (opener worker, with and without the
+      // listeners): `runs` of each, alternated — for a CPU profile of that path alone.
+      const listeners = { change: (d) => self.postMessage({ event: 'change', data: d }), progress: (d) => self.postMessage({ event: 'progress', data: d }) };
+      const opener = await benchOpener(data.restoreSecret);
+      results.restoreOpened = [];
+      results.restorePackage = [];
+      for (let i = 0; i < runs; i++) {
+        results.restoreOpened.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, undefined, opener));
+        results.restorePackage.push(await bench.benchRestore(data.restoreSecret, data.relay, undefined, listeners, opener));
+      }
+      opener.stop();
+      self.postMessage({ results });
+      return;
+    }
     if (data.only === 'writes') {
       // Only the write paths: single-row commits and the 10,000-row transaction, OPFS then IndexedDB.
       // The OPFS single-row runs also count the VFS's writes and flushes per phase.

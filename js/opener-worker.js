@@ -2,16 +2,23 @@
 // custody, then answers each pull sent ahead ({id, url, bearer, timeoutMs, maxBytes, ownerId})
 // with {id, answer: {status, body, retryAfter, opened}} or {id, error}. Before it opens a page
 // it sends the pull the engine will send next, so the relay's answer time overlaps the
-// decryption. A trapped wasm module (a Rust panic) answers {failed}: the engine stops using it.
+// decryption, and opens that page as soon as it arrives: up to DEPTH pages of a pull are
+// fetched and opened before the engine asks for them. A trapped wasm module (a Rust panic) answers {failed}: the engine stops using it.
 import init, { PageOpener } from './simplysync.js';
 import { custodyFor } from './custody.js';
 
 let opener = null;
-// The next pulls, sent before they were asked for (one per relay being pulled), by URL:
-// {bearer, answer, abort}; each dropped (and its fetch aborted) unless asked for within 10 s.
+// Pages fetched before they were asked for, by URL: {req, result, abort, timer, next}.
+// `req` is the pull's bearer, deadline, size cap and owner (those of the engine's pull it
+// follows); `result` resolves once the page is fetched and (a 200 page) opened; `next` is then
+// the URL of the page after it. Each is dropped (its fetch aborted) unless asked for within 10 s.
 const aheads = new Map();
 const AHEAD_KEPT_MS = 10000;
 const AHEADS_MAX = 8;
+// How many pages of one relay's pull may be fetched and opened before the engine asks for
+// them: two, so a page is ready when the engine comes back for it even when this worker was
+// slowed down while it opened the one before.
+const DEPTH = 2;
 
 const failed = (e) => self.postMessage({ failed: String(e?.message ?? e) });
 
@@ -49,12 +56,40 @@ async function get(url, bearer, timeoutMs, maxBytes, abort = new AbortController
   }
 }
 
-function sendAhead(url, bearer, timeoutMs, maxBytes) {
+// Fetches `url` and, when it answers a page, opens it: {answer, next}. Before the decryption
+// starts, the page after it is fetched ahead (`next`, within DEPTH).
+function fetchAndOpen(url, req, abort) {
+  return get(url, req.bearer, req.timeoutMs, req.maxBytes, abort).then((answer) => {
+    let next = null;
+    if (answer.status === 200) {
+      answer.opened = opener.open(url, req.ownerId, answer.body, (n) => {
+        next = n;
+        sendAhead(n, req);
+      });
+    }
+    return { answer, next };
+  });
+}
+
+// The relay and owner a pull URL belongs to (pages ahead are counted per chain).
+const chainOf = (url) => {
+  const u = new URL(url);
+  return `${u.origin}${u.pathname}?${u.searchParams.get('ownerId')}`;
+};
+
+function sendAhead(url, req) {
+  if (aheads.has(url)) return;
+  const chain = chainOf(url);
+  if ([...aheads.keys()].filter((u) => chainOf(u) === chain).length >= DEPTH) return;
   if (aheads.size >= AHEADS_MAX) drop(aheads.keys().next().value, true);
   const abort = new AbortController();
-  const answer = get(url, bearer, timeoutMs, maxBytes, abort);
-  answer.catch(() => {}); // asked for later, or never
-  aheads.set(url, { bearer, answer, abort, timer: setTimeout(() => drop(url, true), AHEAD_KEPT_MS) });
+  const kept = { req, abort, next: null, timer: setTimeout(() => drop(url, true), AHEAD_KEPT_MS) };
+  kept.result = fetchAndOpen(url, req, abort).then((r) => {
+    kept.next = r.next;
+    return r;
+  });
+  kept.result.catch(() => {}); // asked for later, or never
+  aheads.set(url, kept);
 }
 
 function drop(url, abort) {
@@ -83,19 +118,17 @@ self.onmessage = async ({ data }) => {
     }
     return;
   }
-  const { id, url, bearer, timeoutMs, maxBytes, ownerId } = data;
+  const { id, url, ...req } = data;
   try {
     const kept = aheads.get(url);
-    if (kept) drop(url, kept.bearer !== bearer);
-    const answer = await (kept?.bearer === bearer ? kept.answer : get(url, bearer, timeoutMs, maxBytes));
-    if (answer.status === 200) {
-      // The page is read once: the pull after it is sent (from inside `open`) before the
-      // decryption starts.
-      answer.opened = opener.open(url, ownerId, answer.body, (next) => {
-        if (!aheads.has(next)) sendAhead(next, bearer, timeoutMs, maxBytes);
-      });
-    }
+    const same = kept?.req.bearer === req.bearer;
+    if (kept) drop(url, !same);
+    const { answer, next } = await (same ? kept.result : fetchAndOpen(url, req));
     self.postMessage({ id, answer }, [answer.body.buffer, answer.opened?.buffer].filter(Boolean));
+    // The engine came for a page: the ones after it are fetched next (each with its own
+    // pull's token: a relay is only ever sent its own), within DEPTH.
+    if (next) sendAhead(next, req);
+    for (const k of [...aheads.values()]) if (k.next) sendAhead(k.next, k.req);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) return failed(e);
     self.postMessage({ id, error: String(e?.message ?? e) });

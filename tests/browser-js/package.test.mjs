@@ -324,31 +324,39 @@ test('on IndexedDB storage a tab hears of a write only once it is durable (flush
   await context.close();
 });
 
-test('a restore of three pages: pages two and three are fetched and decrypted in the opener worker, and every row arrives', async () => {
+test('a restore of four pages: pages two to four are fetched and decrypted in the opener worker, each pulled once, and every row arrives', async () => {
   // Device B opens first (its opener worker starts meanwhile: it unseals the secret on its own),
-  // then device A pushes 2,100 rows, then B restores them.
+  // then device A pushes 3,100 rows, then B restores them.
   const contextA = await browser.newContext();
   const a = await openApp(contextA, server.url);
   const phrase = await a.evaluate(() => window.simplysync.createMnemonic());
   const contextB = await browser.newContext();
+  // B's pulls, from its engine's worker and its opener worker alike.
+  const pulls = [];
+  contextB.on('request', (r) => r.url().includes('/v1/events?') && pulls.push(new URL(r.url()).searchParams.get('after')));
   const b = await openApp(contextB, server.url);
   const info = await open(b, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-b.db' });
   assert.equal(info.storage.mode, 'opfs');
   await open(a, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'opener-a.db' });
   const pushed = await a.evaluate(async () => {
-    const ops = Array.from({ length: 2100 }, (_, i) => ({ op: 'insert', table: 'todos', row: { id: `t${String(i).padStart(4, '0')}`, title: `n${i}`, done: i % 2 === 0 } }));
+    const ops = Array.from({ length: 3100 }, (_, i) => ({ op: 'insert', table: 'todos', row: { id: `t${String(i).padStart(4, '0')}`, title: `n${i}`, done: i % 2 === 0 } }));
     await window.engine.transaction(ops);
     return (await window.engine.sync()).relays[0].pushed;
   });
-  assert.equal(pushed, 2100);
+  assert.equal(pushed, 3100);
+  pulls.length = 0;
   const pass = await b.evaluate(async () => (await window.engine.sync()).relays[0]);
   assert.equal(pass.error, null);
-  assert.deepEqual([pass.received, pass.applied, pass.quarantined], [2100, 2100, 0]);
-  assert.equal(pass.timings.openedAhead, 1100, 'pages two and three were opened in the opener worker');
+  assert.deepEqual([pass.received, pass.applied, pass.quarantined], [3100, 3100, 0]);
+  assert.equal(pass.timings.openedAhead, 2100, 'pages two to four were opened in the opener worker');
+  // Pages opened before the engine asked for them are still each pulled once, and nothing past
+  // the relay's head is asked for.
+  assert.equal(pulls.length, 4, `pulls after ${pulls.join(', ')}`);
+  assert.equal(new Set(pulls).size, 4, `pulls after ${pulls.join(', ')}`);
   const rows = await b.evaluate(async () => (await window.engine.list('todos', { orderBy: 'id' })).map((r) => [r.id, r.title, r.done]));
-  assert.equal(rows.length, 2100);
+  assert.equal(rows.length, 3100);
   assert.deepEqual(rows[1099], ['t1099', 'n1099', false]);
-  assert.deepEqual(rows[2100 - 1], ['t2099', 'n2099', false]);
+  assert.deepEqual(rows[3100 - 1], ['t3099', 'n3099', false]);
   await contextA.close();
   await contextB.close();
 });

@@ -386,3 +386,45 @@ async fn a_401_or_410_from_v1_status_updates_the_relay_status() {
     let s = d.engine.relay_statuses().await.unwrap().remove(0);
     assert_eq!(s.state, RelayState::Closed);
 }
+
+/// The page's events with a copy of event 1 inserted before it (`forged_first`) or after it,
+/// its ciphertext altered: one event id named twice on the page, one copy genuine.
+fn repeat_one_event_forged(d: &Device, forged_first: bool) {
+    rewrite_pages(d, move |v| {
+        let events = v["events"].as_array_mut().unwrap();
+        if events.len() < 2 {
+            return;
+        }
+        let mut forged = events[1].clone();
+        let ct = forged["ciphertext"].as_str().unwrap();
+        let flipped = if ct.starts_with('A') { "B" } else { "A" };
+        forged["ciphertext"] = format!("{flipped}{}", &ct[1..]).into();
+        events.insert(if forged_first { 1 } else { 2 }, forged);
+    });
+}
+
+#[tokio::test]
+async fn a_page_that_names_one_event_twice_applies_the_genuine_copy_whichever_comes_first() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    for i in 0..3 {
+        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
+    }
+    a.sync().await;
+    // Forged copy first: it is quarantined and gives its claim back, so the genuine copy after
+    // it on the same page still applies.
+    let b = Device::new(&secret, &[&relay.url]);
+    repeat_one_event_forged(&b, true);
+    let r = b.sync().await.relays.swap_remove(0);
+    assert_eq!((r.received, r.applied, r.quarantined), (4, 3, 1), "{r:?}");
+    assert_eq!(b.todos(), a.todos());
+    let held = b.engine.quarantined().unwrap();
+    assert_eq!(held.iter().map(|h| h.reason.as_str()).collect::<Vec<_>>(), ["AUTH_FAILED"]);
+    // Genuine copy first: it applies, and the forged copy after it is a duplicate, not held.
+    let c = Device::new(&secret, &[&relay.url]);
+    repeat_one_event_forged(&c, false);
+    let r = c.sync().await.relays.swap_remove(0);
+    assert_eq!((r.received, r.applied, r.quarantined), (4, 3, 0), "{r:?}");
+    assert_eq!(c.todos(), a.todos());
+}
