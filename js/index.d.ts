@@ -343,9 +343,12 @@ export interface PullTimings {
   httpMs: number;
   /** Parsing pages' JSON. */
   parseMs: number;
-  /** Decrypting, authenticating and validating events. */
+  /**
+   * Decrypting, authenticating and validating events: an estimate, one event in eight timed
+   * (each page's first) and counted eight times, so the clock is not read twice per event.
+   */
   decryptMs: number;
-  /** Writing rows, seen markers and cursors to SQLite. */
+  /** Writing rows, seen markers and cursors to SQLite (a page's time less its `decryptMs`). */
   applyMs: number;
   /**
    * Events the engine's opener worker fetched and decrypted while the page before them

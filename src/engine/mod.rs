@@ -141,6 +141,8 @@ pub struct Engine {
     purge_records: Cell<bool>,
     /// Time spent classifying (decrypting) events of the page being applied, for timings.
     decrypt_ms: Cell<f64>,
+    /// Events classified since the page began (one in [`apply::CLASSIFY_SAMPLE`] is timed).
+    classified: Cell<u32>,
     /// Events of the page being applied classified from a page opener's opening, for timings.
     opened_used: Cell<u64>,
     /// Sends pulls ahead and opens their pages on another thread, if the host has one.
@@ -236,6 +238,7 @@ impl Engine {
             schema_retry_pending: Cell::new(true),
             purge_records: Cell::new(purge_records),
             decrypt_ms: Cell::new(0.0),
+            classified: Cell::new(0),
             opened_used: Cell::new(0),
             opener: RefCell::new(None),
             request: RefCell::new(None),
