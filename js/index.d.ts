@@ -345,7 +345,8 @@ export interface PullTimings {
   parseMs: number;
   /**
    * Decrypting, authenticating and validating events: an estimate, one event in eight timed
-   * (each page's first) and counted eight times, so the clock is not read twice per event.
+   * (from each page's first) and their mean counted for every event of the page, so the clock
+   * is not read twice per event.
    */
   decryptMs: number;
   /** Writing rows, seen markers and cursors to SQLite (a page's time less its `decryptMs`). */

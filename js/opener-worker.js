@@ -62,10 +62,17 @@ function fetchAndOpen(url, req, abort) {
   return get(url, req.bearer, req.timeoutMs, req.maxBytes, abort).then((answer) => {
     let next = null;
     if (answer.status === 200) {
-      answer.opened = opener.open(url, req.ownerId, answer.body, (n) => {
-        next = n;
-        sendAhead(n, req);
-      });
+      try {
+        answer.opened = opener.open(url, req.ownerId, answer.body, (n) => {
+          next = n;
+          sendAhead(n, req);
+        });
+      } catch (e) {
+        // A trapped module (a Rust panic) is reported at once, even for a page opened ahead
+        // that the engine never asks for: the engine stops using this worker.
+        if (e instanceof WebAssembly.RuntimeError) failed(e);
+        throw e;
+      }
     }
     return { answer, next };
   });
@@ -84,11 +91,18 @@ function sendAhead(url, req) {
   if (aheads.size >= AHEADS_MAX) drop(aheads.keys().next().value, true);
   const abort = new AbortController();
   const kept = { req, abort, next: null, timer: setTimeout(() => drop(url, true), AHEAD_KEPT_MS) };
+  const mine = () => aheads.get(url) === kept;
   kept.result = fetchAndOpen(url, req, abort).then((r) => {
     kept.next = r.next;
+    // Kept for 10 s from when it is ready, not from when it was sent for.
+    if (mine()) {
+      clearTimeout(kept.timer);
+      kept.timer = setTimeout(() => drop(url, true), AHEAD_KEPT_MS);
+    }
     return r;
   });
-  kept.result.catch(() => {}); // asked for later, or never
+  // A failed fetch is not kept: the engine's own request for that page fetches it afresh.
+  kept.result.catch(() => mine() && drop(url, false));
   aheads.set(url, kept);
 }
 
@@ -125,10 +139,12 @@ self.onmessage = async ({ data }) => {
     if (kept) drop(url, !same);
     const { answer, next } = await (same ? kept.result : fetchAndOpen(url, req));
     self.postMessage({ id, answer }, [answer.body.buffer, answer.opened?.buffer].filter(Boolean));
-    // The engine came for a page: the ones after it are fetched next (each with its own
-    // pull's token: a relay is only ever sent its own), within DEPTH.
+    // The engine came for a page: the ones after it in the same pull are fetched next (each
+    // with its own pull's token), within DEPTH. Another relay's pages ahead wait for their own
+    // pull's next ask (or are dropped unasked after 10 s).
     if (next) sendAhead(next, req);
-    for (const k of [...aheads.values()]) if (k.next) sendAhead(k.next, k.req);
+    const chain = chainOf(url);
+    for (const [u, k] of [...aheads]) if (k.next && chainOf(u) === chain) sendAhead(k.next, k.req);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) return failed(e);
     self.postMessage({ id, error: String(e?.message ?? e) });

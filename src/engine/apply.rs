@@ -21,7 +21,16 @@ use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayl
 use crate::store::inbox::{self, HeldEvent};
 
 /// One classified event in this many is timed for the pull timings (from each page's first).
-pub(crate) const CLASSIFY_SAMPLE: u32 = 8;
+const CLASSIFY_SAMPLE: u32 = 8;
+
+/// The checks' estimated time for `classified` events of which every [`CLASSIFY_SAMPLE`]th
+/// (from the first) took `sampled_ms` in all: the samples' mean times the events.
+pub(crate) fn sampled_checks_ms(sampled_ms: f64, classified: u32) -> f64 {
+    match classified.div_ceil(CLASSIFY_SAMPLE) {
+        0 => 0.0,
+        samples => sampled_ms * f64::from(classified) / f64::from(samples),
+    }
+}
 
 /// How much of an oversized quarantined envelope is kept (its start, for diagnosis).
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
@@ -211,15 +220,15 @@ impl Engine {
             detail,
             at,
         };
-        // The checks' time, for the pull timings: one event in eight is timed and counted eight
-        // times (a clock reading costs ~0.3 µs in a browser; two per event were ~3% of a restore).
+        // The checks' time, for the pull timings: one event in eight is timed (the page's
+        // total is scaled from them, [`sampled_checks_ms`]); a clock reading costs ~0.3 µs in
+        // a browser, and two per event were ~3% of a restore.
         let timed = self.classified.get() % CLASSIFY_SAMPLE == 0;
         self.classified.set(self.classified.get().wrapping_add(1));
         let t0 = if timed { self.wall.precise_ms() } else { 0.0 };
         let verdict = self.classify(identity, env, opened, now);
         if timed {
-            let took = (self.wall.precise_ms() - t0) * f64::from(CLASSIFY_SAMPLE);
-            self.decrypt_ms.set(self.decrypt_ms.get() + took);
+            self.decrypt_ms.set(self.decrypt_ms.get() + (self.wall.precise_ms() - t0));
         }
         match verdict {
             Err(Verdict::Defer(reason, detail, retry)) => {
@@ -355,5 +364,19 @@ impl Engine {
     /// Deferred events, for inspection.
     pub fn deferred(&self) -> Result<Vec<HeldEvent>, EngineError> {
         Ok(inbox::all_deferred(&self.db.borrow())?)
+    }
+}
+
+#[cfg(test)]
+mod sampling {
+    use super::sampled_checks_ms;
+
+    #[test]
+    fn the_checks_time_is_the_samples_mean_times_the_events() {
+        assert_eq!(sampled_checks_ms(2.0, 1), 2.0, "one event, timed");
+        assert_eq!(sampled_checks_ms(2.0, 8), 16.0, "eight events, the first timed");
+        assert_eq!(sampled_checks_ms(3.0, 17), 17.0, "events 0, 8 and 16 timed, 1 ms each");
+        assert_eq!(sampled_checks_ms(125.0, 1000), 1000.0, "a full page: 125 samples of 1 ms");
+        assert_eq!(sampled_checks_ms(0.0, 0), 0.0, "an empty page");
     }
 }

@@ -271,7 +271,7 @@ impl Engine {
                 }
                 Ok((changes, stats))
             })?;
-            let decrypt = self.decrypt_ms.get();
+            let decrypt = super::apply::sampled_checks_ms(self.decrypt_ms.get(), self.classified.get());
             report.timings.decrypt_ms += decrypt;
             // (The checks' time is sampled: on a short page it may exceed the page's whole.)
             report.timings.apply_ms += (clock.precise_ms() - t_apply - decrypt).max(0.0);

@@ -199,11 +199,12 @@ async fn the_pull_timings_split_the_pass_between_http_parsing_decryption_and_sql
     assert_eq!(r.received, 3);
     let t = &r.timings;
     // One request and one parse per page; the checks are timed on one event in eight (each
-    // page's first) and counted eight times; the rest of each page's transaction is SQLite
-    // (the first page's 3 readings less the checks' 8 count as none; an empty page's span, 1).
+    // page's first: one reading span here) and scaled to the page's three events; the rest of
+    // each page's transaction is SQLite (the first page's span of 3 less the checks' 3; an
+    // empty page's span, 1).
     let pages = t.http_ms;
     assert!(pages >= 1.0, "{t:?}");
     assert_eq!(t.parse_ms, pages, "{t:?}");
-    assert_eq!(t.decrypt_ms, 8.0, "{t:?}");
+    assert_eq!(t.decrypt_ms, 3.0, "{t:?}");
     assert_eq!(t.apply_ms, pages - 1.0, "{t:?}");
 }
