@@ -236,6 +236,7 @@ impl Engine {
                     run.seen.release(&env.event_id)?;
                 }
                 inbox::defer(tx, &hold(reason, detail, retry), now)?;
+                run.seen.deferred_one();
                 Ok(Outcome::Deferred)
             }
             Err(Verdict::Quarantine(reason, detail)) => {

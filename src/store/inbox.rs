@@ -39,6 +39,9 @@ pub struct SeenSet<'c> {
     conn: &'c Connection,
     claim: CachedStatement<'c>,
     mark: CachedStatement<'c>,
+    /// No event is deferred (none was when the run began, and none since): a claim is then a
+    /// plain insert, without the lookup in the deferred set.
+    none_deferred: bool,
 }
 
 impl std::fmt::Debug for SeenSet<'_> {
@@ -57,7 +60,13 @@ impl<'c> SeenSet<'c> {
                  SELECT ?1 WHERE NOT EXISTS (SELECT 1 FROM _sync_deferred WHERE event_id = ?1)",
             )?,
             mark: conn.prepare_cached("INSERT OR IGNORE INTO _sync_seen (event_id) VALUES (?1)")?,
+            none_deferred: !conn.prepare_cached("SELECT 1 FROM _sync_deferred LIMIT 1")?.exists([])?,
         })
+    }
+
+    /// Notes that an event of this run was deferred: later claims look in the deferred set.
+    pub fn deferred_one(&mut self) {
+        self.none_deferred = false;
     }
 
     /// Claims a received event for processing: records it as seen unless it was applied, or
@@ -66,7 +75,8 @@ impl<'c> SeenSet<'c> {
     /// five). A claimed event that is then deferred or quarantined gives its claim back
     /// ([`Self::release`]); an error rolls the whole run back, claims included.
     pub fn claim(&mut self, event_id: &str) -> Result<bool, StoreError> {
-        Ok(self.claim.execute([event_id])? == 1)
+        let claim = if self.none_deferred { &mut self.mark } else { &mut self.claim };
+        Ok(claim.execute([event_id])? == 1)
     }
 
     /// Records an event as processed (one that was not claimed: taken back from the deferred

@@ -428,3 +428,34 @@ async fn a_page_that_names_one_event_twice_applies_the_genuine_copy_whichever_co
     assert_eq!((r.received, r.applied, r.quarantined), (4, 3, 0), "{r:?}");
     assert_eq!(c.todos(), a.todos());
 }
+
+#[tokio::test]
+async fn a_page_that_names_a_deferred_event_twice_defers_it_once() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let spec = |version| crate::harness::DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: crate::harness::todo_schema(version, &[]),
+        db_path: None,
+        clock_ms: crate::harness::T0,
+    };
+    // Two events of a newer schema: an older app defers both.
+    let newer = Device::open(spec(2));
+    newer.engine.insert("todos", todo("a", "x")).unwrap();
+    newer.engine.insert("todos", todo("b", "y")).unwrap();
+    newer.sync().await;
+    let older = Device::open(spec(1));
+    // The relay repeats the first event right after it: once deferred, its copy is already
+    // handled (a duplicate), not deferred a second time.
+    rewrite_pages(&older, |v| {
+        let events = v["events"].as_array_mut().unwrap();
+        if let Some(first) = events.first().cloned() {
+            events.insert(1, first);
+        }
+    });
+    let r = older.sync().await.relays.swap_remove(0);
+    assert_eq!((r.received, r.applied, r.deferred), (3, 0, 2), "{r:?}");
+    let attempts = older.engine.query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
+    assert_eq!(attempts[0].get("n").unwrap().as_f64(), Some(0.0), "each filed once");
+}
