@@ -487,3 +487,10 @@ pub fn todo(id: &str, title: &str) -> Json {
 pub fn phrase() -> String {
     simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap()
 }
+
+/// Alters the first character of an envelope's (JSON) ciphertext: it no longer authenticates.
+pub fn alter_ciphertext(envelope: &mut serde_json::Value) {
+    let ct = envelope["ciphertext"].as_str().unwrap();
+    let flipped = if ct.starts_with('A') { "B" } else { "A" };
+    envelope["ciphertext"] = format!("{flipped}{}", &ct[1..]).into();
+}

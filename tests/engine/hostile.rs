@@ -26,6 +26,16 @@ fn rewrite_pages(d: &Device, f: impl Fn(&mut serde_json::Value) + 'static) {
     }));
 }
 
+/// A device of `secret` that wrote three todos (`r0`–`r2`) and pushed them to `relay`.
+async fn three_todos_synced(secret: &str, relay: &TestRelay) -> Device {
+    let a = Device::new(secret, &[&relay.url]);
+    for i in 0..3 {
+        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
+    }
+    a.sync().await;
+    a
+}
+
 fn error_code(d: &Device, i: usize) -> Option<String> {
     d.status(i).error.and_then(|e| e.code)
 }
@@ -65,11 +75,7 @@ async fn a_stalled_relay_times_out_as_offline_while_the_other_relay_syncs_in_the
 async fn a_cursor_that_comes_back_within_a_pass_ends_the_pull_with_a_status_error() {
     let relay = TestRelay::start();
     let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..3 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
-    }
-    a.sync().await;
+    three_todos_synced(&secret, &relay).await;
     let b = Device::new(&secret, &[&relay.url]);
     rewrite_pages(&b, |v| {
         v["nextCursor"] = "1".into();
@@ -86,11 +92,7 @@ async fn a_cursor_that_comes_back_within_a_pass_ends_the_pull_with_a_status_erro
 async fn a_cursor_that_goes_backwards_is_refused_and_never_saved() {
     let relay = TestRelay::start();
     let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..3 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
-    }
-    a.sync().await;
+    let a = three_todos_synced(&secret, &relay).await;
     let b = Device::new(&secret, &[&relay.url]);
     b.sync().await;
     a.engine.insert("todos", todo("late", "x")).unwrap();
@@ -133,11 +135,7 @@ async fn a_relay_serving_more_pages_than_its_head_needs_is_stopped_after_a_bound
 async fn one_malformed_envelope_in_a_page_is_quarantined_and_the_rest_of_the_page_applies() {
     let relay = TestRelay::start();
     let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..3 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
-    }
-    a.sync().await;
+    three_todos_synced(&secret, &relay).await;
     let b = Device::new(&secret, &[&relay.url]);
     rewrite_pages(&b, |v| {
         let events = v["events"].as_array_mut().unwrap();
@@ -396,9 +394,7 @@ fn repeat_one_event_forged(d: &Device, forged_first: bool) {
             return;
         }
         let mut forged = events[1].clone();
-        let ct = forged["ciphertext"].as_str().unwrap();
-        let flipped = if ct.starts_with('A') { "B" } else { "A" };
-        forged["ciphertext"] = format!("{flipped}{}", &ct[1..]).into();
+        crate::harness::alter_ciphertext(&mut forged);
         events.insert(if forged_first { 1 } else { 2 }, forged);
     });
 }
@@ -407,11 +403,7 @@ fn repeat_one_event_forged(d: &Device, forged_first: bool) {
 async fn a_page_that_names_one_event_twice_applies_the_genuine_copy_whichever_comes_first() {
     let relay = TestRelay::start();
     let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..3 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
-    }
-    a.sync().await;
+    let a = three_todos_synced(&secret, &relay).await;
     // Forged copy first: it is quarantined and gives its claim back, so the genuine copy after
     // it on the same page still applies.
     let b = Device::new(&secret, &[&relay.url]);

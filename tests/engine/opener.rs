@@ -147,9 +147,7 @@ async fn a_forged_event_is_quarantined_alike_with_and_without_an_opener() {
             if req.url.contains("/v1/events?") && resp.status == 200 {
                 let mut page: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();
                 if let Some(e) = page["events"].get_mut(10) {
-                    let ct = e["ciphertext"].as_str().unwrap();
-                    let flipped = if ct.starts_with('A') { "B" } else { "A" };
-                    e["ciphertext"] = format!("{flipped}{}", &ct[1..]).into();
+                    crate::harness::alter_ciphertext(e);
                 }
                 resp.body = page.to_string().into_bytes();
             }
