@@ -130,6 +130,33 @@ async fn crafted_remote_events_are_classified_by_reason_and_only_valid_ones_appl
 }
 
 #[tokio::test]
+async fn a_row_with_several_refused_columns_is_filed_for_the_first_in_canonical_order() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let d = Device::new(&secret, &[&relay.url]);
+    push_crafted(
+        &relay,
+        &secret,
+        &[
+            // "title" sorts before "zzz": its wrong type decides, however the text orders them.
+            (&hlc(1), payload(&hlc(1), "typed first", r#"{"zzz":1,"title":5}"#)),
+            (&hlc(2), payload(&hlc(2), "unknown first", r#"{"done":"no","aaa":1}"#)),
+            // The last of a repeated column counts, as in `JSON.parse`.
+            (&hlc(3), payload(&hlc(3), "repeated", r#"{"title":5,"title":"kept"}"#)),
+        ],
+    )
+    .await;
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred, r.relays[0].quarantined), (1, 1, 1), "{r:?}");
+    let quarantined = d.engine.quarantined().unwrap();
+    assert_eq!((quarantined[0].event_id.as_str(), quarantined[0].reason.as_str()), (hlc(1).as_str(), "INVALID_ROW"));
+    let deferred = d.engine.deferred().unwrap();
+    assert_eq!((deferred[0].event_id.as_str(), deferred[0].reason.as_str()), (hlc(2).as_str(), "UNKNOWN_COLUMN"));
+    assert!(deferred[0].detail.contains("todos.aaa"), "{}", deferred[0].detail);
+    assert_eq!(d.engine.get("todos", "repeated").unwrap().unwrap().get("title").unwrap().as_str(), Some("kept"));
+}
+
+#[tokio::test]
 async fn the_status_backstop_re_seeds_a_relay_that_shows_no_events_and_a_head_behind_the_cursor() {
     let mut relay = TestRelay::start();
     let secret = phrase();
