@@ -1,9 +1,9 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE] [--threads] [--profile disk|memory]
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, createReadStream, existsSync, mkdtempSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -117,20 +117,85 @@ async function profileWorker(p) {
   };
 }
 
-const browser = await chromium.launch({
+// `--threads`: the CPU time of every thread of this process's descendants (the browser's
+// processes, the relay) over the page's whole run, from Linux's /proc — which threads are
+// busy and how busy the two cores were, where a V8 profile sees one worker only.
+function threadTicks() {
+  const stat = (file) => {
+    const text = readFileSync(file, 'utf8');
+    const close = text.lastIndexOf(')');
+    return { name: text.slice(text.indexOf('(') + 1, close), fields: text.slice(close + 2).split(' ') };
+  };
+  const children = new Map();
+  for (const pid of readdirSync('/proc').filter((d) => /^\d+$/.test(d))) {
+    try {
+      const ppid = stat(`/proc/${pid}/stat`).fields[1];
+      children.set(ppid, [...(children.get(ppid) ?? []), pid]);
+    } catch {} // gone meanwhile
+  }
+  const ticks = new Map();
+  for (const pending = [String(process.pid)]; pending.length; ) {
+    const pid = pending.pop();
+    pending.push(...(children.get(pid) ?? []));
+    try {
+      const proc = stat(`/proc/${pid}/stat`).name;
+      for (const tid of readdirSync(`/proc/${pid}/task`)) {
+        const { name, fields } = stat(`/proc/${pid}/task/${tid}/stat`);
+        ticks.set(tid, { proc, name, ticks: Number(fields[11]) + Number(fields[12]) });
+      }
+    } catch {}
+  }
+  return ticks;
+}
+
+function printThreads(before, after, wallMs) {
+  const hz = 100; // USER_HZ on Linux
+  const by = new Map();
+  for (const [tid, t] of after) {
+    // Each worker thread on its own line (the engine's and the opener's); others by name.
+    const key = `${t.proc}: ${t.name}${t.name.startsWith('DedicatedWorker') ? ` #${tid}` : ''}`;
+    by.set(key, (by.get(key) ?? 0) + (t.ticks - (before.get(tid)?.ticks ?? 0)) / hz);
+  }
+  const total = [...by.values()].reduce((a, b) => a + b, 0);
+  const cores = os.cpus().length;
+  console.error(`CPU by thread over the page's run: ${total.toFixed(1)} s in ${(wallMs / 1000).toFixed(1)} s of wall time (${((100 * total) / (cores * wallMs / 1000)).toFixed(0)}% of ${cores} cores)`);
+  for (const [key, s] of [...by].sort((a, b) => b[1] - a[1]).slice(0, 12)) {
+    console.error(`${s.toFixed(2).padStart(8)} s ${((100 * s) / (wallMs / 1000)).toFixed(0).padStart(4)}% of the wall time  ${key}`);
+  }
+}
+
+const launch = {
   executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
   args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking', '--disable-component-update', '--disable-sync'],
-});
+};
+// The browser runs in a profile on disk, as users' browsers do: OPFS files are real files and
+// a flush reaches the disk. `--profile memory` runs in Playwright's `newContext()` instead, an
+// off-the-record profile, whose OPFS Chromium keeps in the browser process's memory (each
+// sync-access-handle call a message to that process, a flush a no-op) — how every figure
+// before issue 17's round twenty-two was measured (BENCHMARKS.md).
+const onDisk = arg('profile', 'disk') === 'disk';
+const browser = onDisk
+  ? await chromium.launchPersistentContext(mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-profile-')), launch)
+  : await chromium.launch(launch);
 let data;
 let webkit;
 try {
-  const p = await (await browser.newContext()).newPage();
+  const p = onDisk ? await browser.newPage() : await (await browser.newContext()).newPage();
   p.on('console', (m) => console.error('page:', m.text()));
   const profiler = arg('cpu-profile', '') ? await profileWorker(p) : null;
   const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
+  // (Sampled every 250 ms while the page runs: a thread that ends — an opener worker
+  // stopped — keeps what it was last seen with.)
+  const threads = process.argv.includes('--threads') ? { before: threadTicks(), seen: new Map(), t0: Date.now() } : null;
+  const sampler = threads && setInterval(() => threadTicks().forEach((t, tid) => threads.seen.set(tid, t)), 250);
   await p.goto(`${page}?${q}`);
   await p.waitForFunction(() => window.benchResults, null, { timeout: 20 * 60 * 1000, polling: 500 });
   data = await p.evaluate(() => window.benchResults);
+  if (threads) {
+    clearInterval(sampler);
+    threadTicks().forEach((t, tid) => threads.seen.set(tid, t));
+    printThreads(threads.before, threads.seen, Date.now() - threads.t0);
+  }
   if (profiler) await profiler.stop(arg('cpu-profile', ''));
   await browser.close();
   if (!arg('only', '') && !process.argv.includes('--no-webkit')) {
@@ -275,7 +340,7 @@ if (r.restore || r.restoreOpened) {
     const rateL = r.restoreListened.map((x) => (x.events / x.ms) * 1000);
     row('restore with the package\'s listeners (each page\'s change event and progress to JS, posted to the page), events/s', spread(rateL), `vs without ×${fmt(median(rateL) / median(rate), 2)}; ${fmt(r.restoreListenedTold)} events told per run`);
   }
-  writes('restore', r.restoreWrites, total);
+  writes('restore (its own, before the close)', r.restoreWrites, total);
   if (r.restoreOpened) {
     const rateO = r.restoreOpened.map((x) => (x.events / x.ms) * 1000);
     row('restore with the opener worker (each page sent ahead fetched and decrypted in a second worker), events/s', spread(rateO), `vs without ×${fmt(median(rateO) / median(rate), 2)}`);
@@ -286,7 +351,12 @@ if (r.restore || r.restoreOpened) {
     const rateP = r.restorePackage.map((x) => (x.events / x.ms) * 1000);
     row('restore as the package runs it (opener worker and listeners), events/s', spread(rateP), `vs the engine alone ×${fmt(median(rateP) / median(rate), 2)}`);
   }
-  if (r.restore) row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)));
+  if (r.restore) {
+    // The close's own OPFS writes (the checkpoint copies the WAL's pages into the database).
+    const c = r.restore[Math.floor(r.restore.length / 2)].closeWrites;
+    row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)),
+      c ? `its OPFS writes (median run): ${fmt(c.calls)} calls · ${fmt(c.bytes / 1e6, 1)} MB · ${fmt(c.ms)} ms` : '');
+  }
   if (r.reopen) {
     row('opening after a tab died with 100,000 rows (~42 MB) in the WAL: one read per frame / in chunks, ms',
       `${spread(r.reopen.map((x) => x.frameByFrame.ms))} / ${spread(r.reopen.map((x) => x.chunked.ms))}`,

@@ -131,7 +131,8 @@ fn todo(i: u32) -> Json {
 }
 
 /// What the bench worker counted of OPFS writes and flushes since the last call: `null` when it
-/// does not count (only `--only writes` does), zeros on the IndexedDB storage (no OPFS files).
+/// does not count (`--only writes` and `--only restore` do), zeros on the IndexedDB storage (no
+/// OPFS files).
 fn opfs_io() -> serde_json::Value {
     let counter = js_sys::Reflect::get(&js_sys::global(), &JsValue::from_str("__opfsWrites")).unwrap_or(JsValue::NULL);
     if counter.is_undefined() || counter.is_null() {
@@ -456,6 +457,8 @@ pub async fn bench_restore(
     if let Some(err) = &r.error {
         return Err(js_err(&err.message));
     }
+    // The OPFS writes of the restore itself, taken before the close's (when the worker counts).
+    let writes = opfs_io();
     // Closing the engine afterwards: SQLite checkpoints the WAL into the database on close
     // (outside the restore's own time, but what an app pays when it closes the engine).
     let t0 = now();
@@ -463,6 +466,7 @@ pub async fn bench_restore(
     let close_ms = now() - t0;
     Ok(serde_to_js(&serde_json::json!({
         "events": r.received, "applied": r.applied, "ms": ms, "timings": r.timings, "closeMs": close_ms,
+        "writes": writes, "closeWrites": opfs_io(),
     })))
 }
 
