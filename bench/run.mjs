@@ -3,7 +3,7 @@
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
 //   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE] [--threads] [--profile disk|memory]
 import { execFileSync, spawn } from 'node:child_process';
-import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -174,9 +174,8 @@ const launch = {
 // sync-access-handle call a message to that process, a flush a no-op) — how every figure
 // before issue 17's round twenty-two was measured (BENCHMARKS.md).
 const onDisk = arg('profile', 'disk') === 'disk';
-const browser = onDisk
-  ? await chromium.launchPersistentContext(mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-profile-')), launch)
-  : await chromium.launch(launch);
+const profileDir = onDisk ? mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-profile-')) : null;
+const browser = onDisk ? await chromium.launchPersistentContext(profileDir, launch) : await chromium.launch(launch);
 let data;
 let webkit;
 try {
@@ -220,6 +219,8 @@ try {
   await browser.close().catch(() => {});
   server.close();
   relayProc.kill();
+  // The relay's database and the browser's profile (each restore's OPFS files) are this run's only.
+  for (const dir of [dbDir, profileDir]) if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
 }
 if (data.error) throw new Error(data.error);
 const r = data.results;

@@ -3,7 +3,7 @@
 // test browser (webkit/browser.py) on an Xvfb display. Each session has its own profile
 // directory: two sessions are two devices; a refresh keeps the profile (durability).
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -73,7 +73,7 @@ export class Driver {
   async session({
     safariFeatures = true,
     privateBrowsing = false,
-    profile = mkdtempSync(path.join(os.tmpdir(), `simplysync-${this.kind}-`)),
+    profile = this.newProfile(),
   } = {}) {
     const alwaysMatch =
       this.kind === 'firefox'
@@ -104,8 +104,16 @@ export class Driver {
     return session;
   }
 
+  /** A fresh profile directory, removed when the driver stops. */
+  newProfile() {
+    const dir = mkdtempSync(path.join(os.tmpdir(), `simplysync-${this.kind}-`));
+    (this.profiles ??= []).push(dir);
+    return dir;
+  }
+
   stop() {
     this.child.kill();
+    for (const dir of this.profiles ?? []) rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
   }
 }
 
