@@ -100,13 +100,21 @@ export async function serve(dir) {
   return { url: `http://127.0.0.1:${server.address().port}`, close: () => new Promise((r) => server.close(r)) };
 }
 
+const LAUNCH = {
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
+    '--disable-component-update', '--disable-sync'],
+};
+
+/** Headless Chromium; its `newContext()`s are off the record (OPFS kept in the browser's memory). */
 export async function launch() {
-  return chromium.launch({
-    executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-    headless: true,
-    args: ['--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  return chromium.launch(LAUNCH);
+}
+
+/** Headless Chromium on the profile directory `dir`, as users run it: OPFS files on disk. */
+export async function launchOnDisk(dir) {
+  return chromium.launchPersistentContext(dir, LAUNCH);
 }
 
 /** Uncaught errors of every page opened with {@link openApp} (a test file checks it is empty). */
