@@ -19,12 +19,35 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 pub const T0: u64 = 1_764_504_000_000;
 
+/// A fresh directory for one test's files. The first call of a run removes what earlier runs
+/// left (their relays' and devices' files: ~70 MB a run), those of processes no longer running.
 pub fn temp_dir(tag: &str) -> PathBuf {
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(remove_dead_runs_dirs);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("simplysync-engine-{}-{tag}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
+}
+
+/// Removes `simplysync-engine-<pid>-…` directories whose process is gone (Linux: `/proc/<pid>`).
+fn remove_dead_runs_dirs() {
+    // Without /proc a running process cannot be told from a gone one: nothing is removed.
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let Some(pid) = name.strip_prefix("simplysync-engine-").and_then(|rest| rest.split('-').next()) else {
+            continue;
+        };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
 
 /// A relay server running on its own thread.
