@@ -140,10 +140,12 @@ function threadTicks() {
     try {
       const proc = stat(`/proc/${pid}/stat`).name;
       for (const tid of readdirSync(`/proc/${pid}/task`)) {
-        const { name, fields } = stat(`/proc/${pid}/task/${tid}/stat`);
-        ticks.set(tid, { proc, name, ticks: Number(fields[11]) + Number(fields[12]) });
+        try {
+          const { name, fields } = stat(`/proc/${pid}/task/${tid}/stat`);
+          ticks.set(tid, { proc, name, ticks: Number(fields[11]) + Number(fields[12]) });
+        } catch {} // a thread gone meanwhile: the others still count
       }
-    } catch {}
+    } catch {} // a process gone meanwhile
   }
   return ticks;
 }
@@ -173,18 +175,22 @@ const launch = {
 // off-the-record profile, whose OPFS Chromium keeps in the browser process's memory (each
 // sync-access-handle call a message to that process, a flush a no-op) — how every figure
 // before issue 17's round twenty-two was measured (BENCHMARKS.md).
-const onDisk = arg('profile', 'disk') === 'disk';
+const profile = arg('profile', 'disk');
+if (!['disk', 'memory'].includes(profile)) throw new Error(`--profile is disk or memory, not ${profile}`);
+const onDisk = profile === 'disk';
 const profileDir = onDisk ? mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-profile-')) : null;
-const browser = onDisk ? await chromium.launchPersistentContext(profileDir, launch) : await chromium.launch(launch);
+let browser;
 let data;
 let webkit;
 try {
+  browser = onDisk ? await chromium.launchPersistentContext(profileDir, launch) : await chromium.launch(launch);
   const p = onDisk ? await browser.newPage() : await (await browser.newContext()).newPage();
   p.on('console', (m) => console.error('page:', m.text()));
   const profiler = arg('cpu-profile', '') ? await profileWorker(p) : null;
   const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
   // (Sampled every 250 ms while the page runs: a thread that ends — an opener worker
   // stopped — keeps what it was last seen with.)
+  if (process.argv.includes('--threads') && !existsSync('/proc/self/task')) throw new Error('--threads reads Linux\'s /proc');
   const threads = process.argv.includes('--threads') ? { before: threadTicks(), seen: new Map(), t0: Date.now() } : null;
   const sampler = threads && setInterval(() => threadTicks().forEach((t, tid) => threads.seen.set(tid, t)), 250);
   await p.goto(`${page}?${q}`);
@@ -216,11 +222,20 @@ try {
     if (webkit.error) throw new Error(`WebKitGTK: ${webkit.error}`);
   }
 } finally {
-  await browser.close().catch(() => {});
+  await browser?.close().catch(() => {});
   server.close();
+  const exited = new Promise((resolve) => (relayProc.exitCode !== null ? resolve() : relayProc.once('exit', resolve)));
   relayProc.kill();
-  // The relay's database and the browser's profile (each restore's OPFS files) are this run's only.
-  for (const dir of [dbDir, profileDir]) if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+  await exited;
+  // The relay's database and the browser's profile (each restore's OPFS files) are this run's
+  // only; a directory that cannot be removed is reported, and the results still printed.
+  for (const dir of [dbDir, profileDir]) {
+    try {
+      if (dir) rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    } catch (e) {
+      console.error(`could not remove ${dir}: ${e.message}`);
+    }
+  }
 }
 if (data.error) throw new Error(data.error);
 const r = data.results;
@@ -334,8 +349,8 @@ if (r.restore || r.restoreOpened) {
   const writes = (label, ws, ms) => {
     if (!ws) return;
     const w = ws[Math.floor(ws.length / 2)];
-    row(`${label}: OPFS write calls (of them < 512 bytes) · MB · ms inside them (median run)`,
-      `${fmt(w.calls)} (${fmt(w.small)}) · ${fmt(w.bytes / 1e6, 1)} · ${fmt(w.ms)}`, `${fmt((w.ms / ms) * 100)}% of the run`);
+    row(`${label}: OPFS write calls (of them < 512 bytes) · MB · ms inside them · flushes · ms inside them (middle run)`,
+      `${fmt(w.calls)} (${fmt(w.small)}) · ${fmt(w.bytes / 1e6, 1)} · ${fmt(w.ms)} · ${fmt(w.flushes)} · ${fmt(w.flushMs)}`, `${fmt(((w.ms + w.flushMs) / ms) * 100)}% of the run`);
   };
   if (r.restoreListened) {
     const rateL = r.restoreListened.map((x) => (x.events / x.ms) * 1000);
@@ -344,19 +359,19 @@ if (r.restore || r.restoreOpened) {
   writes('restore (its own, before the close)', r.restoreWrites, total);
   if (r.restoreOpened) {
     const rateO = r.restoreOpened.map((x) => (x.events / x.ms) * 1000);
-    row('restore with the opener worker (each page sent ahead fetched and decrypted in a second worker), events/s', spread(rateO), `vs without ×${fmt(median(rateO) / median(rate), 2)}`);
+    row('restore with the opener worker (each page sent ahead fetched and decrypted in a second worker), events/s', spread(rateO), r.restore ? `vs without ×${fmt(median(rateO) / median(rate), 2)}` : '');
     const o = [...r.restoreOpened].sort((a, b) => a.ms - b.ms)[Math.floor(r.restoreOpened.length / 2)];
     const totalO = o.ms;
     const shareO = (ms) => `${fmt(ms)} ms (${fmt((ms / totalO) * 100)}%)`;
     row('restore with the opener worker: where the time goes (median run)', `HTTP + waiting for the opener ${shareO(o.timings.httpMs)}, JSON ${shareO(o.timings.parseMs)}, decrypt+validate ${shareO(o.timings.decryptMs)}, SQLite ${shareO(o.timings.applyMs)}`, `total ${fmt(totalO)} ms; ${fmt(o.timings.openedAhead)} events opened in the opener worker`);
     const rateP = r.restorePackage.map((x) => (x.events / x.ms) * 1000);
-    row('restore as the package runs it (opener worker and listeners), events/s', spread(rateP), `vs the engine alone ×${fmt(median(rateP) / median(rate), 2)}`);
+    row('restore as the package runs it (opener worker and listeners), events/s', spread(rateP), r.restore ? `vs the engine alone ×${fmt(median(rateP) / median(rate), 2)}` : '');
   }
   if (r.restore) {
     // The close's own OPFS writes (the checkpoint copies the WAL's pages into the database).
     const c = r.restore[Math.floor(r.restore.length / 2)].closeWrites;
     row('restore: closing the engine afterwards (SQLite checkpoints the WAL on close), ms', spread(r.restore.map((x) => x.closeMs)),
-      c ? `its OPFS writes (median run): ${fmt(c.calls)} calls · ${fmt(c.bytes / 1e6, 1)} MB · ${fmt(c.ms)} ms` : '');
+      c ? `its OPFS writes (middle run): ${fmt(c.calls)} calls · ${fmt(c.bytes / 1e6, 1)} MB · ${fmt(c.ms)} ms; ${fmt(c.flushes)} flushes · ${fmt(c.flushMs)} ms` : '');
   }
   if (r.reopen) {
     row('opening after a tab died with 100,000 rows (~42 MB) in the WAL: one read per frame / in chunks, ms',

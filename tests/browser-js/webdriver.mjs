@@ -104,7 +104,10 @@ export class Driver {
     return session;
   }
 
-  /** A fresh profile directory, removed when the driver stops. */
+  /**
+   * A fresh profile directory. It belongs to this driver and is removed by its `stop()`: a
+   * later session may run on it (the same device, its browser restarted) until then.
+   */
   newProfile() {
     const dir = mkdtempSync(path.join(os.tmpdir(), `simplysync-${this.kind}-`));
     (this.profiles ??= []).push(dir);
@@ -113,7 +116,13 @@ export class Driver {
 
   stop() {
     this.child.kill();
-    for (const dir of this.profiles ?? []) rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+    for (const dir of this.profiles ?? []) {
+      try {
+        rmSync(dir, { recursive: true, force: true, maxRetries: 3 });
+      } catch (e) {
+        console.error(`could not remove ${dir}: ${e.message}`); // the other drivers still stop
+      }
+    }
   }
 }
 

@@ -20,7 +20,8 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 pub const T0: u64 = 1_764_504_000_000;
 
 /// A fresh directory for one test's files. The first call of a run removes what earlier runs
-/// left (their relays' and devices' files: ~70 MB a run), those of processes no longer running.
+/// left (their relays' and devices' files: ~70 MB a run): those of processes no longer running,
+/// untouched for an hour.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static SWEEP: std::sync::Once = std::sync::Once::new();
     SWEEP.call_once(remove_dead_runs_dirs);
@@ -31,7 +32,9 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     dir
 }
 
-/// Removes `simplysync-engine-<pid>-…` directories whose process is gone (Linux: `/proc/<pid>`).
+/// Removes `simplysync-engine-<pid>-…` directories whose process is gone (Linux: `/proc/<pid>`)
+/// and that were not modified for an hour — a run in another PID namespace sharing this
+/// temporary directory has pids this one cannot see, but its files are fresh.
 fn remove_dead_runs_dirs() {
     // Without /proc a running process cannot be told from a gone one: nothing is removed.
     if !Path::new("/proc/self").exists() {
@@ -44,7 +47,13 @@ fn remove_dead_runs_dirs() {
             continue;
         };
         let Ok(pid) = pid.parse::<u32>() else { continue };
-        if pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
+        let idle = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
+        if idle && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = std::fs::remove_dir_all(entry.path());
         }
     }
