@@ -18,6 +18,10 @@ const arg = (name, fallback) => {
   return i > 0 ? process.argv[i + 1] : fallback;
 };
 const runs = Number(arg('runs', 5));
+// Checked before anything starts (see `onDisk` below).
+const profile = arg('profile', 'disk');
+if (!['disk', 'memory'].includes(profile)) throw new Error(`--profile is disk or memory, not ${profile}`);
+if (process.argv.includes('--threads') && !existsSync('/proc/self/task')) throw new Error('--threads reads Linux\'s /proc');
 const events = Number(arg('events', 100000));
 const target = process.env.CARGO_TARGET_DIR ?? path.join(root, 'target');
 const env = { ...process.env, PATH: `${os.homedir()}/.cargo/bin:${process.env.PATH}` };
@@ -175,8 +179,6 @@ const launch = {
 // off-the-record profile, whose OPFS Chromium keeps in the browser process's memory (each
 // sync-access-handle call a message to that process, a flush a no-op) — how every figure
 // before issue 17's round twenty-two was measured (BENCHMARKS.md).
-const profile = arg('profile', 'disk');
-if (!['disk', 'memory'].includes(profile)) throw new Error(`--profile is disk or memory, not ${profile}`);
 const onDisk = profile === 'disk';
 const profileDir = onDisk ? mkdtempSync(path.join(os.tmpdir(), 'simplysync-bench-profile-')) : null;
 let browser;
@@ -190,7 +192,6 @@ try {
   const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
   // (Sampled every 250 ms while the page runs: a thread that ends — an opener worker
   // stopped — keeps what it was last seen with.)
-  if (process.argv.includes('--threads') && !existsSync('/proc/self/task')) throw new Error('--threads reads Linux\'s /proc');
   const threads = process.argv.includes('--threads') ? { before: threadTicks(), seen: new Map(), t0: Date.now() } : null;
   const sampler = threads && setInterval(() => threadTicks().forEach((t, tid) => threads.seen.set(tid, t)), 250);
   await p.goto(`${page}?${q}`);
