@@ -37,18 +37,18 @@ enum Sending {
     Again,
 }
 
-/// Which events a push takes: at most `limit`, those after outbox seq `after`.
+/// Which events a push takes: at most `limit`, those after event id `after` (the outbox's order).
 #[derive(Debug, Clone, Copy)]
-struct Take {
-    after: i64,
+struct Take<'t> {
+    after: &'t str,
     limit: u32,
 }
 
 /// A push on its way: its batch and the relay's answer to come.
 struct Push<'a> {
     request: SentAhead<'a, (Vec<Outgoing>, Result<PushResponse, RelayFailure>)>,
-    /// Outbox seq of its last event (the next batch starts after it).
-    last_seq: i64,
+    /// Event id of its last event (the next batch starts after it).
+    last_id: String,
     /// Sent while an earlier push was unanswered.
     ahead: bool,
 }
@@ -60,20 +60,20 @@ impl Engine {
         self.push_events(url, report).await
     }
 
-    /// Sends the next batch after outbox seq `after`; `None` when there is none, or when the
+    /// Sends the next batch after event id `after`; `None` when there is none, or when the
     /// relay's time in this pass is up (then, for a push that is not sent ahead, the report
     /// says `more`). A failed push sent ahead is sent again even then: it was already started.
     async fn send_push<'a>(
         &self,
         api: &'a RelayApi<'a>,
         url: &str,
-        take: Take,
+        take: Take<'_>,
         kind: Sending,
         sent: &mut u32,
         report: &mut RelayPassReport,
     ) -> Result<Option<Push<'a>>, PassError> {
         let batch = outbox::unacked_batch(&self.db.borrow(), url, take.after, take.limit, MAX_PUSH_BYTES)?;
-        let Some(last_seq) = batch.last().map(|o| o.seq) else { return Ok(None) };
+        let Some(last_id) = batch.last().map(|o| o.event_id.clone()) else { return Ok(None) };
         if kind != Sending::Again && *sent > 0 && self.now() >= report.deadline_ms {
             // This relay's time in the pass is up: the rest goes in the next pass (said once
             // the pushes in flight were answered).
@@ -88,14 +88,14 @@ impl Engine {
             (batch, answer)
         })
         .await;
-        Ok(Some(Push { request, last_seq, ahead: kind == Sending::Ahead }))
+        Ok(Some(Push { request, last_id, ahead: kind == Sending::Ahead }))
     }
 
     async fn push_events(&self, url: &str, report: &mut RelayPassReport) -> Result<(), PassError> {
         let identity = self.identity();
         let api = self.api(url, &identity);
-        // `after`: the last outbox seq the relay answered for (or that was set aside).
-        let (mut limit, mut after, mut sent) = (BATCH, 0i64, 0u32);
+        // `after`: the last event id the relay answered for (or that was set aside).
+        let (mut limit, mut after, mut sent) = (BATCH, String::new(), 0u32);
         let mut next: Option<Push<'_>> = None;
         // Whether the relay accepted a push since this pass began or since its last 413.
         let mut accepting = false;
@@ -110,7 +110,7 @@ impl Engine {
                 Some(push) => push,
                 None => {
                     let kind = if std::mem::take(&mut again) { Sending::Again } else { Sending::Next };
-                    match self.send_push(&api, url, Take { after, limit }, kind, &mut sent, report).await? {
+                    match self.send_push(&api, url, Take { after: &after, limit }, kind, &mut sent, report).await? {
                         Some(push) => push,
                         None => return Ok(()),
                     }
@@ -119,7 +119,7 @@ impl Engine {
             if accepting && !one_at_a_time {
                 // The next batch goes now, while this one is answered.
                 next = self
-                    .send_push(&api, url, Take { after: current.last_seq, limit }, Sending::Ahead, &mut sent, report)
+                    .send_push(&api, url, Take { after: &current.last_id, limit }, Sending::Ahead, &mut sent, report)
                     .await?;
             }
             let ahead = current.ahead;
@@ -139,7 +139,9 @@ impl Engine {
                         )
                         .into());
                     }
-                    after = batch.last().map_or(after, |o| o.seq);
+                    if let Some(last) = batch.last() {
+                        after.clone_from(&last.event_id);
+                    }
                     let ids: Vec<String> = batch.into_iter().map(|o| o.event_id).collect();
                     let now = self.now();
                     self.write(|tx| {
@@ -164,7 +166,7 @@ impl Engine {
                     let now = self.now();
                     self.write(|tx| Ok(set_aside::set_aside(tx, url, Kind::Event, &item.event_id, &reason, now)?))?;
                     report.set_aside += 1;
-                    after = item.seq;
+                    after.clone_from(&item.event_id);
                 }
                 // A push sent ahead that failed otherwise — no answer (its deadline may have run
                 // while the relay worked on the one before), or refused (a relay at its limit of

@@ -237,11 +237,11 @@ impl Engine {
     /// carries the row.
     pub fn seal_pending_outbox(&self) -> Result<u64, EngineError> {
         let identity = self.identity();
-        let (mut total, mut after) = (0, 0i64);
+        let (mut total, mut after) = (0, String::new());
         loop {
-            let batch = outbox::unsealed(&self.db.borrow(), after, 500)?;
+            let batch = outbox::unsealed(&self.db.borrow(), &after, 500)?;
             let Some(last) = batch.last() else { return Ok(total) };
-            after = last.seq;
+            after.clone_from(&last.event_id);
             total += self.write(|tx| {
                 let mut rng = self.rng.borrow_mut();
                 let mut sealed = 0;
@@ -251,7 +251,7 @@ impl Engine {
                         None => None,
                     };
                     let Some((table, row)) = row.filter(|(_, r)| r.updated_at == u.event_id) else {
-                        outbox::drop_intent(tx, u.seq)?;
+                        outbox::drop_intent(tx, &u.event_id)?;
                         continue;
                     };
                     let payload = payload_json(self.schema.version, table, &row);
@@ -262,7 +262,7 @@ impl Engine {
                         stream_id: Some(identity.stream_id(&u.table, &u.row_id)),
                     };
                     let env = encrypt_plaintext(&identity, &meta, payload.as_bytes(), rng.as_mut())?;
-                    outbox::mark_sealed(tx, u.seq, &env.to_json_text())?;
+                    outbox::mark_sealed(tx, &u.event_id, &env.to_json_text())?;
                     sealed += 1;
                 }
                 Ok(sealed)

@@ -6,6 +6,11 @@
 //! otherwise a later local write superseded the intent, which is dropped (it never left the
 //! device). Only sealed events are ever selected for a push, so plaintext never leaves the
 //! device. An event stays until every configured relay acknowledged it.
+//!
+//! The table is clustered by event id: a local write's HLC is greater than every one before it
+//! on this device, so that order is the order of the writes, and an intent costs one b-tree
+//! (a seq and a unique index on the event id, as before, cost two: BENCHMARKS.md, issue 17
+//! round twenty-three).
 
 use rusqlite::{params, CachedStatement, Connection};
 
@@ -14,9 +19,7 @@ use super::StoreError;
 /// A pending intent to seal.
 #[derive(Debug, Clone)]
 pub struct Unsealed {
-    /// Outbox sequence.
-    pub seq: i64,
-    /// Event id (the HLC of the row version).
+    /// Event id (the HLC of the row version; the outbox is kept in its order).
     pub event_id: String,
     /// Table.
     pub table: String,
@@ -55,36 +58,31 @@ impl<'c> Enqueuer<'c> {
     }
 }
 
-/// Up to `limit` unsealed intents with seq greater than `after`, oldest first.
-pub fn unsealed(conn: &Connection, after: i64, limit: u32) -> Result<Vec<Unsealed>, StoreError> {
+/// Up to `limit` unsealed intents with event ids after `after` (`""`: from the first), oldest
+/// first.
+pub fn unsealed(conn: &Connection, after: &str, limit: u32) -> Result<Vec<Unsealed>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT seq, event_id, table_name, row_id, created_at FROM _sync_outbox
-         WHERE seq > ?1 AND envelope_json IS NULL ORDER BY seq LIMIT ?2",
+        "SELECT event_id, table_name, row_id, created_at FROM _sync_outbox
+         WHERE event_id > ?1 AND envelope_json IS NULL ORDER BY event_id LIMIT ?2",
     )?;
     let rows = stmt
         .query_map(params![after, limit], |r| {
-            Ok(Unsealed {
-                seq: r.get(0)?,
-                event_id: r.get(1)?,
-                table: r.get(2)?,
-                row_id: r.get(3)?,
-                created_at: r.get(4)?,
-            })
+            Ok(Unsealed { event_id: r.get(0)?, table: r.get(1)?, row_id: r.get(2)?, created_at: r.get(3)? })
         })?
         .collect::<Result<Vec<_>, _>>()?;
     Ok(rows)
 }
 
 /// Stores an intent's envelope.
-pub fn mark_sealed(conn: &Connection, seq: i64, envelope_json: &str) -> Result<(), StoreError> {
-    conn.prepare_cached("UPDATE _sync_outbox SET envelope_json = ?2 WHERE seq = ?1")?
-        .execute(params![seq, envelope_json])?;
+pub fn mark_sealed(conn: &Connection, event_id: &str, envelope_json: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE _sync_outbox SET envelope_json = ?2 WHERE event_id = ?1")?
+        .execute(params![event_id, envelope_json])?;
     Ok(())
 }
 
 /// Drops an intent a later write superseded (never sealed, never sent).
-pub fn drop_intent(conn: &Connection, seq: i64) -> Result<(), StoreError> {
-    conn.prepare_cached("DELETE FROM _sync_outbox WHERE seq = ?1 AND envelope_json IS NULL")?.execute([seq])?;
+pub fn drop_intent(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM _sync_outbox WHERE event_id = ?1 AND envelope_json IS NULL")?.execute([event_id])?;
     Ok(())
 }
 
@@ -96,35 +94,33 @@ pub fn max_event_id(conn: &Connection) -> Result<Option<String>, StoreError> {
 /// One sealed event selected for a push.
 #[derive(Debug, Clone)]
 pub struct Outgoing {
-    /// Outbox sequence (the push continues after it).
-    pub seq: i64,
-    /// Event id.
+    /// Event id (the push continues after it).
     pub event_id: String,
     /// The envelope JSON.
     pub envelope: String,
 }
 
-/// Up to `limit` sealed events after outbox seq `after` (and at most `max_bytes` of envelopes)
-/// that `relay` has not acknowledged, oldest first. A push passes the last seq it sent as
-/// `after`, so draining a large outbox is linear, not quadratic.
+/// Up to `limit` sealed events with event ids after `after` (`""`: from the first; and at most
+/// `max_bytes` of envelopes) that `relay` has not acknowledged, oldest first. A push passes the
+/// last event id it sent as `after`, so draining a large outbox is linear, not quadratic.
 pub fn unacked_batch(
     conn: &Connection,
     relay: &str,
-    after: i64,
+    after: &str,
     limit: u32,
     max_bytes: usize,
 ) -> Result<Vec<Outgoing>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT o.seq, o.event_id, o.envelope_json FROM _sync_outbox o
-         WHERE o.seq > ?3 AND o.envelope_json IS NOT NULL
+        "SELECT o.event_id, o.envelope_json FROM _sync_outbox o
+         WHERE o.event_id > ?3 AND o.envelope_json IS NOT NULL
            AND NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
            AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event' AND s.item = o.event_id)
-         ORDER BY o.seq LIMIT ?2",
+         ORDER BY o.event_id LIMIT ?2",
     )?;
     let mut rows = stmt.query(params![relay, limit, after])?;
     let (mut out, mut bytes) = (Vec::new(), 0usize);
     while let Some(r) = rows.next()? {
-        let o = Outgoing { seq: r.get(0)?, event_id: r.get(1)?, envelope: r.get(2)? };
+        let o = Outgoing { event_id: r.get(0)?, envelope: r.get(1)? };
         bytes += o.envelope.len();
         if !out.is_empty() && bytes > max_bytes {
             break;

@@ -10,14 +10,13 @@ use super::StoreError;
 const SYSTEM_DDL: &str = "
 CREATE TABLE IF NOT EXISTS _sync_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_outbox (
-    seq           INTEGER PRIMARY KEY,
-    event_id      TEXT NOT NULL UNIQUE,
+    event_id      TEXT PRIMARY KEY NOT NULL,
     table_name    TEXT NOT NULL,
     row_id        TEXT NOT NULL,
     envelope_json TEXT,
     created_at    INTEGER NOT NULL,
     pushed_at     INTEGER
-);
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_acks (
     relay    TEXT NOT NULL,
     event_id TEXT NOT NULL,
@@ -84,9 +83,48 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
 ) WITHOUT ROWID;
 ";
 
-/// Creates the engine's tables.
+/// Creates the engine's tables, and moves an outbox of the first layout to the current one.
 pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
+    migrate_outbox(conn)?;
     conn.execute_batch(SYSTEM_DDL)?;
+    Ok(())
+}
+
+/// The outbox's first layout (up to issue 17's round twenty-three) was a rowid table ordered by
+/// a `seq` with a second b-tree for `event_id UNIQUE`: every local write touched both. It is
+/// now clustered by `event_id` alone — a local HLC, so the order of writes (PROTOCOL.md, "Local
+/// database"). Copied across in one transaction, intents, envelopes and push times kept; the
+/// acknowledgements refer to event ids and stay as they are.
+fn migrate_outbox(conn: &Connection) -> Result<(), StoreError> {
+    let old: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'",
+        [],
+        |r| r.get(0),
+    )?;
+    if !old {
+        return Ok(());
+    }
+    conn.execute_batch("SAVEPOINT outbox_layout")?;
+    let copied = conn.execute_batch(
+        "CREATE TABLE _sync_outbox_by_event (
+             event_id      TEXT PRIMARY KEY NOT NULL,
+             table_name    TEXT NOT NULL,
+             row_id        TEXT NOT NULL,
+             envelope_json TEXT,
+             created_at    INTEGER NOT NULL,
+             pushed_at     INTEGER
+         ) WITHOUT ROWID;
+         INSERT INTO _sync_outbox_by_event (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
+             SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox;
+         DROP TABLE _sync_outbox;
+         ALTER TABLE _sync_outbox_by_event RENAME TO _sync_outbox;",
+    );
+    if let Err(e) = copied {
+        // Nothing of the copy stays; the old outbox is as it was.
+        let _ = conn.execute_batch("ROLLBACK TO outbox_layout; RELEASE outbox_layout");
+        return Err(e.into());
+    }
+    conn.execute_batch("RELEASE outbox_layout")?;
     Ok(())
 }
 

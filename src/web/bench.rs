@@ -179,7 +179,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
     by_hand
         .execute_batch(
             "CREATE TABLE t (id TEXT PRIMARY KEY, updatedAt TEXT, deleted INTEGER, title TEXT, done INTEGER, position INTEGER) WITHOUT ROWID;
-             CREATE TABLE o (seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, table_name TEXT NOT NULL, row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER);",
+             CREATE TABLE o (event_id TEXT PRIMARY KEY NOT NULL, table_name TEXT NOT NULL, row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER) WITHOUT ROWID;",
         )
         .map_err(js_err)?;
     opfs_io();

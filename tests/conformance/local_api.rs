@@ -14,7 +14,7 @@ fn sealed_payloads(d: &Device) -> Vec<Json> {
     let id = simplysync::protocol::Identity::from_secret(KEY).unwrap();
     d.engine.seal_pending_outbox().unwrap();
     d.engine
-        .query("SELECT envelope_json FROM _sync_outbox ORDER BY seq", &[])
+        .query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
         .unwrap()
         .iter()
         .map(|r| {

@@ -553,3 +553,53 @@ async fn a_quarantined_event_that_is_valid_after_all_is_released_by_retry_quaran
     assert!(b.engine.quarantined().unwrap().is_empty());
     assert_eq!(b.engine.retry_quarantined().unwrap(), 0);
 }
+
+/// Rewrites the closed database's outbox in its first layout (a rowid table ordered by `seq`,
+/// `event_id UNIQUE`), as an engine before issue 17's round twenty-three left it.
+fn outbox_in_first_layout(path: &Path) {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .execute_batch(
+            "BEGIN;
+             CREATE TABLE first_layout (
+                 seq INTEGER PRIMARY KEY, event_id TEXT NOT NULL UNIQUE, table_name TEXT NOT NULL,
+                 row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER);
+             INSERT INTO first_layout (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
+                 SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox ORDER BY event_id;
+             DROP TABLE _sync_outbox;
+             ALTER TABLE first_layout RENAME TO _sync_outbox;
+             COMMIT;",
+        )
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_outbox_of_the_first_layout_is_carried_over_and_every_relay_still_gets_what_it_missed() {
+    let (r1, mut r2) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let path = db_file("outbox-layout");
+    let a = on_file(&secret, &[&r1.url, &r2.url], &path);
+    r2.stop();
+    a.engine.insert("todos", todo("one", "sealed, r1 acknowledged it")).unwrap();
+    a.engine.insert("todos", todo("two", "sealed, r1 acknowledged it")).unwrap();
+    a.sync().await;
+    a.engine.insert("todos", todo("three", "not sealed yet")).unwrap();
+    assert_eq!(a.count("_sync_outbox"), 3);
+    assert_eq!(a.count("_sync_acks"), 2);
+    drop(a);
+    outbox_in_first_layout(&path);
+    r2.restart();
+
+    let a = on_file(&secret, &[&r1.url, &r2.url], &path);
+    let columns = a.engine.query("SELECT name FROM pragma_table_info('_sync_outbox')", &[]).unwrap();
+    let columns: Vec<&str> = columns.iter().filter_map(|c| c.get("name").and_then(Json::as_str)).collect();
+    assert_eq!(columns, ["event_id", "table_name", "row_id", "envelope_json", "created_at", "pushed_at"]);
+    assert_eq!(a.count("_sync_outbox"), 3, "every intent and event was carried over");
+    let r = a.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[1].pushed), (1, 3), "{r:?}");
+    assert_eq!(a.count("_sync_outbox"), 0);
+    let fresh = Device::new(&secret, &[&r2.url]);
+    fresh.sync().await;
+    let ids: Vec<String> = fresh.todos().into_iter().map(|t| t.0).collect();
+    assert_eq!(ids, ["one", "three", "two"]);
+}
