@@ -13,9 +13,10 @@
 //! — first sends down what is held, so the file below sees every byte in the order SQLite wrote
 //! it before anything could observe or persist it: a sync still covers every write before it.
 //! Held bytes live in memory until then, so the shim relies on `synchronous = FULL` (what
-//! [`super::configure`] sets): every commit then ends with a sync, and what can be held when a
-//! tab dies is only the tail SQLite writes *after* a commit's sync (WAL padding), whose loss the
-//! WAL's frame checksums detect on recovery. A write that fails stays held and fails every
+//! [`super::configure`] sets): every commit then ends with a sync, and the shim reports
+//! power-safe overwrite, so SQLite writes no WAL padding after that sync — when a commit
+//! returns, nothing it wrote is held (a VFS below without it would have the padding's tail held,
+//! whose loss the WAL's frame checksums detect on recovery). A write that fails stays held and fails every
 //! later call until it goes down.
 //!
 //! While SQLite checkpoints a WAL it reads the WAL one frame per call; the shim serves those
@@ -357,7 +358,14 @@ unsafe extern "C" fn x_device_characteristics(file: *mut ffi::sqlite3_file) -> c
     let (real, m, _) = parts(file);
     // Held writes reach the file later than SQLite wrote them: never promise it the ordering
     // that would let it skip a sync.
-    m.xDeviceCharacteristics.map_or(0, |f| f(real)) & !(ffi::SQLITE_IOCAP_SEQUENTIAL | ffi::SQLITE_IOCAP_SAFE_APPEND)
+    let below = m.xDeviceCharacteristics.map_or(0, |f| f(real))
+        & !(ffi::SQLITE_IOCAP_SEQUENTIAL | ffi::SQLITE_IOCAP_SAFE_APPEND);
+    // Power-safe overwrite, as SQLite's own unix and Windows VFSes assume of the same disks
+    // (`SQLITE_POWERSAFE_OVERWRITE`, on by default): OPFS files are the browser's files on
+    // them. Without it SQLite pads every WAL commit to the next 4 KiB sector with copies of
+    // its last frame — one frame of 4 KiB + 24 more written per commit, part of it after the
+    // commit's sync (BENCHMARKS.md, issue 17 round twenty-three).
+    below | ffi::SQLITE_IOCAP_POWERSAFE_OVERWRITE
 }
 
 unsafe extern "C" fn x_shm_map(
@@ -451,6 +459,28 @@ mod tests {
         assert_eq!(n, 2000);
         let ok: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
         assert_eq!(ok, "ok");
+    }
+
+    #[test]
+    fn a_commit_is_not_padded_to_a_sector_even_over_a_file_that_does_not_promise_power_safe_overwrite() {
+        install("unix", "coalesce-test-psow", UNIX_CAP).unwrap();
+        let path = temp_db("psow");
+        // `psow=0`: the unix VFS's file then reports no power-safe overwrite, as OPFS's does.
+        let uri = format!("file:{}?psow=0", path.display());
+        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags_and_vfs(&uri, flags, "coalesce-test-psow").unwrap();
+        conn.execute_batch(
+            "PRAGMA page_size = 4096; PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; PRAGMA wal_autocheckpoint = 0;
+             CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO t VALUES (1, 0);",
+        )
+        .unwrap();
+        let frames = || (std::fs::metadata(format!("{}-wal", path.display())).unwrap().len() - 32) / (4096 + 24);
+        let before = frames();
+        for n in 1..=10 {
+            // One page changes: one frame per commit, not two (the second a copy up to the sector).
+            conn.execute("UPDATE t SET n = ?1 WHERE id = 1", [n]).unwrap();
+        }
+        assert_eq!(frames() - before, 10);
     }
 
     /// Writes `rounds` commits of rows in scattered order, so the WAL's order is not page order.
