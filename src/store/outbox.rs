@@ -82,7 +82,8 @@ pub fn mark_sealed(conn: &Connection, event_id: &str, envelope_json: &str) -> Re
 
 /// Drops an intent a later write superseded (never sealed, never sent).
 pub fn drop_intent(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
-    conn.prepare_cached("DELETE FROM _sync_outbox WHERE event_id = ?1 AND envelope_json IS NULL")?.execute([event_id])?;
+    conn.prepare_cached("DELETE FROM _sync_outbox WHERE event_id = ?1 AND envelope_json IS NULL")?
+        .execute([event_id])?;
     Ok(())
 }
 

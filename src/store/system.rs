@@ -96,11 +96,10 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
 /// database"). Copied across in one transaction, intents, envelopes and push times kept; the
 /// acknowledgements refer to event ids and stay as they are.
 fn migrate_outbox(conn: &Connection) -> Result<(), StoreError> {
-    let old: bool = conn.query_row(
-        "SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'",
-        [],
-        |r| r.get(0),
-    )?;
+    let old: bool =
+        conn.query_row("SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'", [], |r| {
+            r.get(0)
+        })?;
     if !old {
         return Ok(());
     }
