@@ -84,42 +84,33 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
 ";
 
 /// Creates the engine's tables, and moves an outbox of the first layout to the current one.
-pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
-    migrate_outbox(conn)?;
-    conn.execute_batch(SYSTEM_DDL)?;
-    Ok(())
-}
-
+///
 /// The outbox's first layout (up to issue 17's round twenty-three) was a rowid table ordered by
 /// a `seq` with a second b-tree for `event_id UNIQUE`: every local write touched both. It is
 /// now clustered by `event_id` alone — a local HLC, so the order of writes (PROTOCOL.md, "Local
-/// database"). Copied across in one transaction, intents, envelopes and push times kept; the
-/// acknowledgements refer to event ids and stay as they are.
-fn migrate_outbox(conn: &Connection) -> Result<(), StoreError> {
-    let old: bool =
+/// database"). The old table is renamed, the new one made by the DDL, the rows copied across
+/// (intents, envelopes and push times kept; the acknowledgements refer to event ids and stay
+/// as they are) and the old table dropped — all in one savepoint.
+pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
+    let first_layout: bool =
         conn.query_row("SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'", [], |r| {
             r.get(0)
         })?;
-    if !old {
+    if !first_layout {
+        conn.execute_batch(SYSTEM_DDL)?;
         return Ok(());
     }
     conn.execute_batch("SAVEPOINT outbox_layout")?;
-    let copied = conn.execute_batch(
-        "CREATE TABLE _sync_outbox_by_event (
-             event_id      TEXT PRIMARY KEY NOT NULL,
-             table_name    TEXT NOT NULL,
-             row_id        TEXT NOT NULL,
-             envelope_json TEXT,
-             created_at    INTEGER NOT NULL,
-             pushed_at     INTEGER
-         ) WITHOUT ROWID;
-         INSERT INTO _sync_outbox_by_event (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
-             SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox;
-         DROP TABLE _sync_outbox;
-         ALTER TABLE _sync_outbox_by_event RENAME TO _sync_outbox;",
-    );
-    if let Err(e) = copied {
-        // Nothing of the copy stays; the old outbox is as it was.
+    let moved = conn.execute_batch("ALTER TABLE _sync_outbox RENAME TO _sync_outbox_first").and_then(|()| {
+        conn.execute_batch(SYSTEM_DDL)?;
+        conn.execute_batch(
+            "INSERT INTO _sync_outbox (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
+                 SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox_first;
+             DROP TABLE _sync_outbox_first;",
+        )
+    });
+    if let Err(e) = moved {
+        // Nothing of the move stays; the old outbox is as it was.
         let _ = conn.execute_batch("ROLLBACK TO outbox_layout; RELEASE outbox_layout");
         return Err(e.into());
     }
