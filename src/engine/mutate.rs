@@ -86,14 +86,26 @@ pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
     }))
 }
 
-/// `to_canonical_json` of the rows' [`row_json`]s, written straight from the rows (a write
-/// with a request id records its answer so; a test holds the two texts equal).
-fn canonical_rows(rows: &[Written<'_>]) -> String {
+/// `to_canonical_json` of the rows' [`row_json`]s, written straight from the rows: the answer
+/// the browser edge hands to `JSON.parse` (a test holds a record's rows equal to the answer's
+/// canonical JSON, a browser test the answers of both ways in).
+///
+/// With `record_of` (the ops that wrote them), the record of the answer kept for a request id
+/// instead: per op, the row's HLC for an insert or upsert — the rest of that row is the op's
+/// own, rebuilt from the re-sent call ([`Engine::replay_rows`]) — and the whole row for an
+/// update or delete, whose answer also holds what the row was before. A bulk insert's record is
+/// then ~50 bytes a row, not the rows again (BENCHMARKS.md, issue 17 round twenty-three).
+/// Records of whole rows only (written before that round) replay as they are.
+fn canonical_rows(rows: &[Written<'_>], record_of: Option<&[Op]>) -> String {
     let mut out = String::with_capacity(rows.len() * 160 + 2);
     out.push('[');
     for (i, w) in rows.iter().enumerate() {
         if i > 0 {
             out.push(',');
+        }
+        if let Some(Op::Insert { .. } | Op::Upsert { .. }) = record_of.and_then(|ops| ops.get(i)) {
+            write_str_literal(&w.row.updated_at, &mut out);
+            continue;
         }
         out.push('{');
         for (j, (name, field)) in w.table.row_fields().iter().enumerate() {
@@ -134,17 +146,12 @@ impl Written<'_> {
 }
 
 /// The answer of a transaction: the rows just written or, for a request id seen before, the
-/// rows its first call recorded.
+/// rows its first call wrote (rebuilt from its record, see [`canonical_rows`]).
 #[derive(Debug)]
 pub enum WrittenRows<'e> {
-    /// Written by this call; with a request id, also the text recorded for it.
-    Fresh {
-        /// The rows, in the order of the ops.
-        rows: Vec<Written<'e>>,
-        /// Their canonical JSON, as recorded for the request id.
-        recorded: Option<String>,
-    },
-    /// Recorded by the first call of the same request id.
+    /// Written by this call, in the order of the ops.
+    Fresh(Vec<Written<'e>>),
+    /// What the first call of the same request id answered.
     Recorded(Vec<Json>),
 }
 
@@ -152,7 +159,7 @@ impl WrittenRows<'_> {
     /// The rows as JSON.
     pub fn into_json(self) -> Vec<Json> {
         match self {
-            WrittenRows::Fresh { rows, .. } => rows.iter().map(Written::to_json).collect(),
+            WrittenRows::Fresh(rows) => rows.iter().map(Written::to_json).collect(),
             WrittenRows::Recorded(rows) => rows,
         }
     }
@@ -161,7 +168,7 @@ impl WrittenRows<'_> {
     /// one string across instead of a call out of the module per key and value.
     pub fn into_canonical_json(self) -> String {
         match self {
-            WrittenRows::Fresh { rows, recorded } => recorded.unwrap_or_else(|| canonical_rows(&rows)),
+            WrittenRows::Fresh(rows) => canonical_rows(&rows, None),
             WrittenRows::Recorded(rows) => to_canonical_json(&Json::Array(rows)),
         }
     }
@@ -353,31 +360,67 @@ impl Engine {
         if let Some(id) = request_id {
             super::requests::validate_request_id(id)?;
             if let Some(text) = self.recorded_request(id)? {
-                return match crate::protocol::parse_json(&text) {
-                    Ok(Json::Array(rows)) => Ok(WrittenRows::Recorded(rows)),
-                    _ => Err(StoreError::Corrupt(format!("the recorded result of request {id:?} is not a JSON array"))
-                        .into()),
-                };
+                return self.replay_rows(id, &text, ops).map(WrittenRows::Recorded);
             }
         }
         // The clock is not written here: every HLC a mutation issues lands in its row and its
         // outbox intent, `Engine::open` resumes from the greatest of those, and whatever prunes
         // intents saves the clock (`prune_intents`). One page fewer per commit (BENCHMARKS.md,
         // issue 17 round three).
-        let (changes, rows, recorded) = self.write(|tx| {
+        let (changes, rows) = self.write(|tx| {
             let (changes, rows) = self.stage_all(tx, ops)?;
-            let recorded = match request_id {
-                Some(id) => {
-                    let text = canonical_rows(&rows);
-                    self.write_request(tx, id, &text)?;
-                    Some(text)
-                }
-                None => None,
-            };
-            Ok((changes, rows, recorded))
+            if let Some(id) = request_id {
+                self.write_request(tx, id, &canonical_rows(&rows, Some(ops)))?;
+            }
+            Ok((changes, rows))
         })?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
-        Ok(WrittenRows::Fresh { rows, recorded })
+        Ok(WrittenRows::Fresh(rows))
+    }
+
+    /// The answer of the first call of request `id` from its record `text` ([`canonical_rows`])
+    /// and the re-sent `ops`: an insert's or upsert's row is the op's row as it was written
+    /// (its columns converted as then, the others null, not deleted) with the recorded HLC. A
+    /// record that does not fit the ops — another count, an HLC where the op is an update or
+    /// delete, a row of another id — is refused: the request id was reused for another call.
+    fn replay_rows(&self, id: &str, text: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
+        let corrupt = || -> EngineError {
+            StoreError::Corrupt(format!("the recorded result of request {id:?} is not a JSON array of rows and HLCs"))
+                .into()
+        };
+        let Ok(Json::Array(recorded)) = crate::protocol::parse_json(text) else {
+            return Err(corrupt());
+        };
+        let reused = || EngineError::InvalidQuery(format!("requestId {id:?} was used for another call"));
+        if recorded.len() != ops.len() {
+            return Err(reused());
+        }
+        let mut rows = Vec::with_capacity(ops.len());
+        for (op, r) in ops.iter().zip(recorded) {
+            match (op, r) {
+                (Op::Insert { table, row } | Op::Upsert { table, row }, Json::String(hlc)) => {
+                    let t = self.app_table(table)?;
+                    let mut values = vec![Value::Null; t.columns.len()];
+                    apply_columns(t, row, &mut values)?;
+                    let updated_at = hlc.as_str().ok_or_else(corrupt)?.to_owned();
+                    let written = RowData { id: row_id(table, row)?, updated_at, deleted: false, values };
+                    rows.push(row_json(t, &written));
+                }
+                (Op::Update { id, .. } | Op::Delete { id, .. }, r @ Json::Object(_))
+                    if row_id("", &r).ok().as_ref() == Some(id) =>
+                {
+                    rows.push(r)
+                }
+                // Written before issue 17's round twenty-three: every row whole.
+                (Op::Insert { table, row } | Op::Upsert { table, row }, r @ Json::Object(_))
+                    if row_id(table, &r).ok() == Some(row_id(table, row)?) =>
+                {
+                    rows.push(r)
+                }
+                _ => return Err(reused()),
+            }
+        }
+        Ok(rows)
     }
 
     fn single(&self, op: Op) -> Result<Json, EngineError> {

@@ -156,10 +156,74 @@ fn a_re_sent_transaction_is_answered_from_the_canonical_json_of_its_first_answer
         Op::Delete { table: "todos".into(), id: "old".into() },
     ];
     let first = d.engine.transaction_once("tab:9", &ops).unwrap();
-    let recorded = d.engine.query("SELECT result FROM _sync_requests WHERE id = 'tab:9'", &[]).unwrap();
-    let text = recorded[0].get("result").and_then(Json::as_str).unwrap().to_owned();
-    assert_eq!(text, to_canonical_json(&Json::Array(first.clone())), "the record is the answer's canonical JSON");
+    let text = recorded(&d, "tab:9");
+    let expected = Json::Array(vec![first[0].get("updatedAt").unwrap().clone(), first[1].clone(), first[2].clone()]);
+    assert_eq!(text, to_canonical_json(&expected), "the insert's HLC, the update's and the delete's rows");
     assert_eq!(d.engine.transaction_once("tab:9", &ops).unwrap(), first);
+}
+
+fn recorded(d: &Device, request: &str) -> String {
+    let rows = d.engine.query("SELECT result FROM _sync_requests WHERE id = ?1", &[Json::from(request)]).unwrap();
+    rows[0].get("result").and_then(Json::as_str).unwrap().to_owned()
+}
+
+#[test]
+fn a_re_sent_bulk_insert_is_recorded_in_about_fifty_bytes_a_row_and_answers_its_rows_even_after_later_writes() {
+    let d = Device::new(&phrase(), &[]);
+    let ops: Vec<Op> =
+        (0..1000).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("row-{i:04}"), "a title") }).collect();
+    let first = d.engine.transaction_once("tab:bulk", &ops).unwrap();
+    let record = recorded(&d, "tab:bulk");
+    assert!(record.len() < 50 * 1000, "{} bytes for 1000 rows", record.len());
+    d.engine.update("todos", "row-0007", Json::object([("title", Json::from("changed since"))])).unwrap();
+    d.engine.delete("todos", "row-0008").unwrap();
+    let again = d.engine.transaction_once("tab:bulk", &ops).unwrap();
+    assert_eq!(again, first, "the first call's rows, not the rows as they are now");
+    assert_eq!(again[7].get("title").and_then(Json::as_str), Some("a title"));
+}
+
+#[test]
+fn a_request_id_reused_for_other_ops_is_refused_and_writes_nothing() {
+    let d = Device::new(&phrase(), &[]);
+    d.engine.insert("todos", todo("u", "x")).unwrap();
+    let insert = |id: &str| Op::Insert { table: "todos".into(), row: todo(id, "x") };
+    d.engine.transaction_once("tab:1", &[insert("a")]).unwrap();
+    let outbox = d.count("_sync_outbox");
+    for other in [vec![insert("a"), insert("b")], vec![Op::Delete { table: "todos".into(), id: "u".into() }], vec![]] {
+        let err = d.engine.transaction_once("tab:1", &other).unwrap_err();
+        assert!(err.to_string().contains("used for another call"), "{err}");
+    }
+    d.engine.transaction_once("tab:2", &[Op::Delete { table: "todos".into(), id: "u".into() }]).unwrap();
+    d.engine.insert("todos", todo("w", "x")).unwrap();
+    for other in [insert("v"), Op::Delete { table: "todos".into(), id: "w".into() }] {
+        let err = d.engine.transaction_once("tab:2", &[other]).unwrap_err();
+        assert!(err.to_string().contains("used for another call"), "{err}");
+    }
+    assert!(d.engine.get("todos", "w").unwrap().is_some(), "w was not deleted");
+    assert_eq!(d.count("_sync_outbox"), outbox + 2, "only tab:2's delete (and w) were written");
+    assert!(d.engine.get("todos", "b").unwrap().is_none());
+    assert!(d.engine.get("todos", "v").unwrap().is_none());
+}
+
+#[test]
+fn a_record_of_whole_rows_left_by_an_earlier_version_is_answered_as_recorded() {
+    let secret = phrase();
+    let path = temp_dir("whole-rows-record").join("db.sqlite");
+    let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
+    let ops = [Op::Insert { table: "todos".into(), row: todo("old", "x") }];
+    let first = d.engine.transaction_once("tab:old", &ops).unwrap();
+    drop(d);
+    let whole = to_canonical_json(&Json::Array(first.clone()));
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute("UPDATE _sync_requests SET result = ?1 WHERE id = 'tab:old'", [&whole])
+        .unwrap();
+    let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
+    assert_eq!(d.engine.transaction_once("tab:old", &ops).unwrap(), first);
+    assert_eq!(d.count("todos"), 1);
+    let other = [Op::Insert { table: "todos".into(), row: todo("new", "x") }];
+    let err = d.engine.transaction_once("tab:old", &other).unwrap_err();
+    assert!(err.to_string().contains("used for another call"), "{err}");
 }
 
 #[test]
