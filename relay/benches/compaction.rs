@@ -38,15 +38,15 @@ fn main() {
                     );
                     batch.push(NewEvent { event_id, stream_id: Some(stream), json });
                     if batch.len() == 1000 {
+                        let full = std::mem::take(&mut batch);
                         store
-                            .push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None)
+                            .push(&owner, "token-hash", full, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None)
                             .unwrap();
-                        batch.clear();
                     }
                 }
             }
             if !batch.is_empty() {
-                store.push(&owner, "token-hash", &batch, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None).unwrap();
+                store.push(&owner, "token-hash", batch, "2026-01-01T00:00:00.000Z", MayRegister::Yes, None).unwrap();
             }
         }
         fill_s.push(t0.elapsed().as_secs_f64());

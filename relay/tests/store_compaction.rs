@@ -34,7 +34,7 @@ fn a_cancelled_compaction_stops_before_deleting_and_records_no_run() {
     let s = store(&dir);
     let alice = Owner::new();
     let th = relay_token_hash(alice.token());
-    s.push(alice.owner_id(), &th, &versions(&alice, 4), "2026-12-01T00:00:01.000Z", MayRegister::Yes, None).unwrap();
+    s.push(alice.owner_id(), &th, versions(&alice, 4), "2026-12-01T00:00:01.000Z", MayRegister::Yes, None).unwrap();
 
     let cancelled = AtomicBool::new(true);
     let report = s.compact_all("2026-12-01T00:00:02.000Z", &cancelled).unwrap();

@@ -37,7 +37,7 @@ fn events(owner: &Owner, rows: impl Iterator<Item = usize>, version: u64) -> Vec
 fn push(s: &SqliteStore, owner: &Owner, batch: &[NewEvent]) {
     let th = relay_token_hash(owner.token());
     for chunk in batch.chunks(1000) {
-        s.push(owner.owner_id(), &th, chunk, NOW, MayRegister::Yes, None).unwrap();
+        s.push(owner.owner_id(), &th, chunk.to_vec(), NOW, MayRegister::Yes, None).unwrap();
     }
 }
 
@@ -160,11 +160,11 @@ fn a_push_that_finds_four_batches_unindexed_indexes_them_itself() {
     let alice = Owner::new();
     let th = relay_token_hash(alice.token());
     let below = events(&alice, 0..4 * INDEX_BATCH as usize - 1, 1);
-    s.push(alice.owner_id(), &th, &below, NOW, MayRegister::Yes, None).unwrap();
+    s.push(alice.owner_id(), &th, below, NOW, MayRegister::Yes, None).unwrap();
     indexed_up_to(&dir, &alice, 4 * INDEX_BATCH - 1);
 
     let at = events(&alice, 0..4 * INDEX_BATCH as usize, 2);
-    s.push(alice.owner_id(), &th, &at, NOW, MayRegister::Yes, None).unwrap();
+    s.push(alice.owner_id(), &th, at, NOW, MayRegister::Yes, None).unwrap();
     let (streams, with_stream, indexed, indexed_seq) = truth(&dir, &alice);
     assert_eq!(indexed_seq, 8 * INDEX_BATCH - 1, "indexed in the push's own transaction, before it returned");
     assert_eq!((streams, with_stream, indexed), (4 * INDEX_BATCH as u64, 8 * INDEX_BATCH - 1, 8 * INDEX_BATCH - 1));

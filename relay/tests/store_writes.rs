@@ -46,7 +46,7 @@ fn pushed_events_reach_the_database_file_by_a_background_checkpoint() {
     // only the background checkpointer copies them into the main file.
     let events = rows(&alice, 300);
     let bytes: u64 = events.iter().map(|e| e.json.len() as u64).sum();
-    let out = s.push(alice.owner_id(), &relay_token_hash(alice.token()), &events, NOW, MayRegister::Yes, None).unwrap();
+    let out = s.push(alice.owner_id(), &relay_token_hash(alice.token()), events, NOW, MayRegister::Yes, None).unwrap();
     assert_eq!(out.accepted, 300);
 
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -212,7 +212,7 @@ pub async fn push(
         let batch = validate_batch(owner, events, &st.limits)?;
         let outcome = st
             .store
-            .push(&batch.owner, &token_hash, &batch.events, &now, register, Some(deadline))
+            .push(&batch.owner, &token_hash, batch.events, &now, register, Some(deadline))
             .map_err(|e| store_failure(&st, e))?;
         // The address is charged first: once the metrics show the registration, it counts.
         if outcome.registered {

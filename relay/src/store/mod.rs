@@ -320,7 +320,7 @@ pub trait RelayStore: Send + Sync + 'static {
         &self,
         owner_id: &str,
         token_hash: &str,
-        events: &[NewEvent],
+        events: Vec<NewEvent>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,

@@ -159,7 +159,7 @@ impl RelayStore for ObjectBlobs {
         &self,
         owner_id: &str,
         token_hash: &str,
-        events: &[NewEvent],
+        events: Vec<NewEvent>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,

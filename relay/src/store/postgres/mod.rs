@@ -471,12 +471,12 @@ impl RelayStore for PgStore {
         &self,
         owner_id: &str,
         token_hash: &str,
-        events: &[NewEvent],
+        events: Vec<NewEvent>,
         now: &str,
         register: MayRegister,
         deadline: Deadline,
     ) -> Result<PushOutcome, StoreError> {
-        self.run(self.push_async(owner_id, token_hash, events, now, register, deadline))
+        self.run(self.push_async(owner_id, token_hash, &events, now, register, deadline))
     }
 
     fn pull(

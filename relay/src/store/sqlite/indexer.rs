@@ -191,7 +191,7 @@ mod tests {
         let (_dir, s) = store("relaxed");
         let ev = NewEvent { event_id: "e1".into(), stream_id: Some("s1".into()), json: "{}".into() };
         relax(&s);
-        s.push("owner", "hash", &[ev], NOW, MayRegister::Yes, None).unwrap();
+        s.push("owner", "hash", vec![ev], NOW, MayRegister::Yes, None).unwrap();
         assert_eq!(synchronous(&s), 2, "a push restores FULL before its commit");
         relax(&s);
         s.close_owner("owner", "hash", NOW, None).unwrap();

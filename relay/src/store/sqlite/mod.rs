@@ -14,6 +14,7 @@
 
 mod checkpointer;
 mod compact;
+mod group;
 mod hwm;
 mod indexer;
 mod owners;
@@ -100,6 +101,8 @@ pub struct SqliteStore {
     mark: hwm::HighWaterMark,
     checkpointer: checkpointer::Checkpointer,
     indexer: indexer::Indexer,
+    /// Pushes waiting for the writer (group.rs).
+    queue: group::Queue,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -238,6 +241,7 @@ impl SqliteStore {
             mark,
             checkpointer,
             indexer,
+            queue: group::Queue::default(),
         })
     }
 
@@ -277,34 +281,14 @@ impl SqliteStore {
     }
 }
 
-impl RelayStore for SqliteStore {
-    fn epoch(&self) -> String {
-        self.epoch.clone()
-    }
-
-    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError> {
-        self.read(|conn| match owner_row(conn, owner_id)? {
-            None => Ok(OwnerState::Unknown),
-            Some(o) => owners::authorize(&o, token_hash).map(|()| OwnerState::Known),
-        })
-    }
-
-    fn push(
-        &self,
-        owner_id: &str,
-        token_hash: &str,
-        events: &[NewEvent],
-        now: &str,
-        register: MayRegister,
-        deadline: Deadline,
-    ) -> Result<PushOutcome, StoreError> {
+impl SqliteStore {
+    /// One push's writes inside the group's transaction `tx` (see group.rs): the outcome, and
+    /// whether the stream index's tail grew past a batch.
+    fn store_push(&self, tx: &Connection, job: &group::PushJob) -> Result<(PushOutcome, bool), StoreError> {
         let (quotas, rules) = (self.quotas, self.registration);
-        let mut conn = lock(&self.writer);
-        self.indexer.ensure_durable(&conn)?;
-        let tx = begin(&mut conn, deadline)?;
-        let owner = owner_or_register(&tx, owner_id, token_hash, now, rules, register)?;
+        let owner = owner_or_register(tx, &job.owner_id, &job.token_hash, &job.now, rules, job.register)?;
         let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
-        let mut seq = meta_u64(&tx, "seq")?;
+        let mut seq = meta_u64(tx, "seq")?;
         let head_before = seq;
         let mut tail_grew = false;
         {
@@ -315,7 +299,7 @@ impl RelayStore for SqliteStore {
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_key, event_id) DO NOTHING",
             )?;
             let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
-            for ev in events {
+            for ev in &job.events {
                 let bytes = ev.json.len() as i64;
                 let n =
                     insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
@@ -332,32 +316,55 @@ impl RelayStore for SqliteStore {
                 }
             }
         }
-        check_quota(quotas, owner.stored_bytes, meta_u64(&tx, "total_bytes")?, out.added_bytes)?;
+        check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, out.added_bytes)?;
         if seq != head_before {
-            set_meta(&tx, "seq", &(seq as i64))?;
+            set_meta(tx, "seq", &(seq as i64))?;
             tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
-                .execute(params![owner_id, seq as i64])?;
+                .execute(params![job.owner_id, seq as i64])?;
             // New streams are counted when their events reach the stream index (streams.rs),
             // which the indexer's thread adds to between pushes.
-            let tail = seq.saturating_sub(meta_u64(&tx, streams::INDEXED_SEQ)?);
+            let tail = seq.saturating_sub(meta_u64(tx, streams::INDEXED_SEQ)?);
             if tail >= indexer::SAFETY_NET {
-                streams::index_tail(&tx, 0)?;
+                streams::index_tail(tx, 0)?;
             } else {
                 tail_grew = tail >= streams::INDEX_BATCH;
             }
         }
-        apply(&tx, owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
-        tx.commit()?;
-        self.checkpointer.committed();
-        if tail_grew {
-            self.indexer.tail_grew();
-        }
+        apply(tx, &job.owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
         out.head_seq = if seq != head_before { seq } else { 0 };
-        if seq != head_before {
-            // Still under the writer lock: marks are asked for in seq order.
-            self.mark.record(seq);
+        Ok((out, tail_grew))
+    }
+}
+
+impl RelayStore for SqliteStore {
+    fn epoch(&self) -> String {
+        self.epoch.clone()
+    }
+
+    fn authenticate(&self, owner_id: &str, token_hash: &str) -> Result<OwnerState, StoreError> {
+        self.read(|conn| match owner_row(conn, owner_id)? {
+            None => Ok(OwnerState::Unknown),
+            Some(o) => owners::authorize(&o, token_hash).map(|()| OwnerState::Known),
+        })
+    }
+
+    fn push(
+        &self,
+        owner_id: &str,
+        token_hash: &str,
+        events: Vec<NewEvent>,
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> Result<PushOutcome, StoreError> {
+        let job = Arc::new(group::PushJob::new(owner_id, token_hash, events, now, register, deadline));
+        self.queue.add(job.clone());
+        let mut conn = lock(&self.writer);
+        // Another push that had the writer may have stored this one with its own.
+        match job.take_result() {
+            Some(result) => result,
+            None => self.store_group(&mut conn, &job),
         }
-        Ok(out)
     }
 
     fn pull(

@@ -1,0 +1,392 @@
+//! Group commit. A push queues itself, then waits for the writer; whichever push gets the
+//! writer stores every push queued by then (up to [`MAX_GROUP`]) in one transaction — the
+//! first as it is, each other in a savepoint of its own — and commits once. The pushes it
+//! stored find their answers when they get the writer in turn. One fsync serves the group
+//! instead of one each, and every answer still comes after the commit that made it durable
+//! (`synchronous = FULL`): the ack rule is unchanged.
+//!
+//! Only pushes already waiting join a group: taking those that arrive while the group is
+//! stored too held one device's next push (two in flight) until its last was stored, and was
+//! slower for it (BENCHMARKS.md, issue 17 round twenty-three).
+//!
+//! A push that fails (quota, a closed owner, a deadline that passed while it waited) rolls back
+//! its own savepoint only; the others of the group go on. A commit that fails fails every push
+//! of the group — none of them was acknowledged, and their devices push again.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use rusqlite::Connection;
+
+use super::{lock, SqliteStore};
+use crate::store::{Deadline, MayRegister, NewEvent, PushOutcome, StoreError};
+
+/// Most pushes stored in one transaction: bounds how long the writer is held and how long the
+/// group's first push waits for its answer.
+pub(super) const MAX_GROUP: usize = 32;
+
+/// A push waiting to be stored, and its answer once it was.
+#[derive(Debug)]
+pub(super) struct PushJob {
+    pub owner_id: String,
+    pub token_hash: String,
+    pub events: Vec<NewEvent>,
+    pub now: String,
+    pub register: MayRegister,
+    pub deadline: Deadline,
+    result: Mutex<Option<Result<PushOutcome, StoreError>>>,
+}
+
+impl PushJob {
+    pub fn new(
+        owner_id: &str,
+        token_hash: &str,
+        events: Vec<NewEvent>,
+        now: &str,
+        register: MayRegister,
+        deadline: Deadline,
+    ) -> PushJob {
+        PushJob {
+            owner_id: owner_id.to_owned(),
+            token_hash: token_hash.to_owned(),
+            events,
+            now: now.to_owned(),
+            register,
+            deadline,
+            result: Mutex::new(None),
+        }
+    }
+
+    /// The answer, if another push stored this one.
+    pub fn take_result(&self) -> Option<Result<PushOutcome, StoreError>> {
+        lock(&self.result).take()
+    }
+}
+
+/// The pushes waiting for the writer, in arrival order, and how many groups were committed.
+#[derive(Debug, Default)]
+pub(super) struct Queue {
+    waiting: Mutex<Vec<Arc<PushJob>>>,
+    commits: std::sync::atomic::AtomicU64,
+}
+
+impl Queue {
+    pub fn add(&self, job: Arc<PushJob>) {
+        lock(&self.waiting).push(job);
+    }
+
+    /// Up to `n` of the oldest waiting pushes.
+    fn take(&self, n: usize) -> Vec<Arc<PushJob>> {
+        let mut q = lock(&self.waiting);
+        let n = n.min(q.len());
+        q.drain(..n).collect()
+    }
+
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        lock(&self.waiting).len()
+    }
+}
+
+/// The same failure for each push of a group whose transaction failed.
+fn each(e: &StoreError) -> StoreError {
+    match e {
+        StoreError::StorageFull(s) => StoreError::StorageFull(s.clone()),
+        StoreError::Busy(s) => StoreError::Busy(s.clone()),
+        other => StoreError::Backend(other.to_string()),
+    }
+}
+
+/// Runs `f` in a savepoint of `tx`: kept if it succeeds, rolled back if it fails. The outer
+/// error is the transaction's own (the group fails), the inner one the push's.
+fn in_savepoint<T>(
+    tx: &Connection,
+    f: impl FnOnce() -> Result<T, StoreError>,
+) -> Result<Result<T, StoreError>, StoreError> {
+    tx.execute_batch("SAVEPOINT push")?;
+    match f() {
+        Ok(v) => {
+            tx.execute_batch("RELEASE push")?;
+            Ok(Ok(v))
+        }
+        Err(e) => match tx.execute_batch("ROLLBACK TO push; RELEASE push") {
+            Ok(()) => Ok(Err(e)),
+            // SQLite rolled the whole transaction back itself (a full disk, say): the group
+            // fails, with this push's own error.
+            Err(_) => Err(e),
+        },
+    }
+}
+
+impl SqliteStore {
+    /// Stores `own` and the other pushes waiting (see the module docs), holding the writer
+    /// `conn`; answers each of them, and returns `own`'s answer.
+    pub(super) fn store_group(&self, conn: &mut Connection, own: &Arc<PushJob>) -> Result<PushOutcome, StoreError> {
+        let mut jobs = self.queue.take(MAX_GROUP);
+        // `own` is queued unless a push that took it failed before answering it (a panic).
+        if !jobs.iter().any(|j| Arc::ptr_eq(j, own)) {
+            jobs.push(own.clone());
+        }
+        let mut done: Vec<(Arc<PushJob>, Result<PushOutcome, StoreError>)> = Vec::with_capacity(jobs.len());
+        let stored = self.store_jobs(conn, jobs, &mut done);
+        let mut own_result = None;
+        for (job, result) in done {
+            let result = match &stored {
+                Ok(()) => result,
+                Err(e) => Err(each(e)),
+            };
+            if Arc::ptr_eq(&job, own) {
+                own_result = Some(result);
+            } else {
+                *lock(&job.result) = Some(result);
+            }
+        }
+        match (own_result, stored) {
+            (Some(result), _) => result,
+            (None, Err(e)) => Err(e),
+            (None, Ok(())) => Err(StoreError::Backend("a push was not stored with its group".into())),
+        }
+    }
+
+    /// The group's transaction: every job in `jobs`, each with its result in `done`;
+    /// committed once.
+    fn store_jobs(
+        &self,
+        conn: &Connection,
+        jobs: Vec<Arc<PushJob>>,
+        done: &mut Vec<(Arc<PushJob>, Result<PushOutcome, StoreError>)>,
+    ) -> Result<(), StoreError> {
+        let begun = self.indexer.ensure_durable(conn).and_then(|()| Tx::begin(conn));
+        let mut tx = match begun {
+            Ok(tx) => tx,
+            Err(e) => {
+                done.extend(jobs.into_iter().map(|j| (j, Err(each(&e)))));
+                return Err(e);
+            }
+        };
+        let (mut head, mut tail_grew) = (0u64, false);
+        // Whether the transaction holds no push yet: its first needs no savepoint (SQLite
+        // keeps a copy of every page changed inside one: 5% of a lone 1000-event push).
+        let mut empty = true;
+        for job in jobs {
+            let result = if job.deadline.is_some_and(|d| Instant::now() >= d) {
+                Ok(Err(StoreError::DeadlinePassed))
+            } else if empty {
+                match self.store_push(conn, &job) {
+                    Ok(stored) => Ok(Ok(stored)),
+                    // Nothing else to keep: the transaction is rolled back and begun again.
+                    Err(e) => match tx.rollback() {
+                        Ok(()) => match tx.begin_again() {
+                            Ok(()) => Ok(Err(e)),
+                            Err(group) => {
+                                done.push((job, Err(e)));
+                                return Err(group);
+                            }
+                        },
+                        // SQLite rolled it back itself (a full disk, say): the group fails,
+                        // with this push's own error.
+                        Err(_) => Err(e),
+                    },
+                }
+            } else {
+                in_savepoint(conn, || self.store_push(conn, &job))
+            };
+            match result {
+                Ok(Ok((out, grew))) => {
+                    empty = false;
+                    head = head.max(out.head_seq);
+                    tail_grew |= grew;
+                    done.push((job, Ok(out)));
+                }
+                Ok(Err(e)) => done.push((job, Err(e))),
+                Err(e) => {
+                    done.push((job, Err(each(&e))));
+                    return Err(e); // the transaction rolls back on drop
+                }
+            }
+        }
+        tx.commit()?;
+        self.queue.commits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.checkpointer.committed();
+        if tail_grew {
+            self.indexer.tail_grew();
+        }
+        if head > 0 {
+            // Still under the writer lock: marks are asked for in seq order.
+            self.mark.record(head);
+        }
+        Ok(())
+    }
+}
+
+/// The group's write transaction on the writer connection; rolled back when dropped open.
+struct Tx<'c> {
+    conn: &'c Connection,
+    open: bool,
+}
+
+impl<'c> Tx<'c> {
+    fn begin(conn: &'c Connection) -> Result<Tx<'c>, StoreError> {
+        conn.execute_batch("BEGIN IMMEDIATE")?;
+        Ok(Tx { conn, open: true })
+    }
+
+    fn rollback(&mut self) -> Result<(), StoreError> {
+        self.open = false;
+        self.conn.execute_batch("ROLLBACK")?;
+        Ok(())
+    }
+
+    fn begin_again(&mut self) -> Result<(), StoreError> {
+        self.conn.execute_batch("BEGIN IMMEDIATE")?;
+        self.open = true;
+        Ok(())
+    }
+
+    fn commit(mut self) -> Result<(), StoreError> {
+        self.conn.execute_batch("COMMIT")?;
+        self.open = false;
+        Ok(())
+    }
+}
+
+impl Drop for Tx<'_> {
+    fn drop(&mut self) {
+        if self.open || !self.conn.is_autocommit() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{meta_u64, Quotas, StoreOptions};
+    use super::*;
+    use crate::store::RelayStore;
+
+    fn event(i: usize, size: usize) -> NewEvent {
+        NewEvent { event_id: format!("e{i:05}"), stream_id: None, json: format!("{{\"n\":\"{}\"}}", "x".repeat(size)) }
+    }
+
+    fn store(tag: &str, quotas: Quotas) -> (SqliteStore, std::path::PathBuf) {
+        let dir = std::env::temp_dir().join(format!("simplysync-relay-group-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let options = StoreOptions::new(quotas);
+        (SqliteStore::open(&dir.join("relay.db"), options, "2026-12-05T00:00:00Z").unwrap(), dir)
+    }
+
+    /// Starts `pushes` (owner, token, events) on threads of their own while the test holds the
+    /// writer, waits until every one is queued, then lets them go: the first to get the writer
+    /// stores the whole group.
+    fn pushed_as_one_group(
+        s: &Arc<SqliteStore>,
+        pushes: Vec<(String, Vec<NewEvent>)>,
+    ) -> Vec<Result<PushOutcome, StoreError>> {
+        let held = lock(&s.writer);
+        let mut threads = Vec::new();
+        // One at a time, so the group stores them in this order.
+        for (i, (owner, events)) in pushes.into_iter().enumerate() {
+            let s2 = s.clone();
+            threads
+                .push(std::thread::spawn(move || s2.push(&owner, "token-hash", events, "now", MayRegister::Yes, None)));
+            while s.queue.len() < i + 1 {
+                std::thread::yield_now();
+            }
+        }
+        drop(held);
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    }
+
+    fn seq(s: &SqliteStore) -> u64 {
+        meta_u64(&lock(&s.writer), "seq").unwrap()
+    }
+
+    fn commits(s: &SqliteStore) -> u64 {
+        s.queue.commits.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    #[test]
+    fn pushes_waiting_for_the_writer_are_stored_in_one_commit_and_each_gets_its_own_answer() {
+        let (s, dir) = store("one-commit", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
+        let s = Arc::new(s);
+        let pushes: Vec<_> =
+            (0..5).map(|o| (format!("owner-{o}"), (0..100).map(|i| event(o * 1000 + i, 50)).collect())).collect();
+        let results = pushed_as_one_group(&s, pushes);
+        for r in &results {
+            let out = r.as_ref().unwrap();
+            assert_eq!((out.accepted, out.duplicate, out.registered), (100, 0, true));
+        }
+        assert_eq!(seq(&s), 500);
+        let heads: std::collections::BTreeSet<u64> = results.iter().map(|r| r.as_ref().unwrap().head_seq).collect();
+        assert_eq!(heads.into_iter().collect::<Vec<_>>(), [100, 200, 300, 400, 500], "each push its own head");
+        assert_eq!(commits(&s), 1, "one commit for the five pushes");
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    /// A group of three where the push at `refused` goes over its owner's quota.
+    fn group_with_a_push_over_quota(refused: usize) {
+        let (s, dir) =
+            store(&format!("quota-{refused}"), Quotas { max_owner_bytes: 10_000, max_total_bytes: u64::MAX });
+        let s = Arc::new(s);
+        let mut pushes: Vec<(String, Vec<NewEvent>)> =
+            (0..2).map(|o| (format!("small-{o}"), (0..10).map(|i| event(i, 50)).collect())).collect();
+        pushes.insert(refused, ("too-big".to_owned(), (0..10).map(|i| event(i, 2_000)).collect()));
+        let results = pushed_as_one_group(&s, pushes);
+        for (i, r) in results.iter().enumerate() {
+            if i == refused {
+                assert!(matches!(r, Err(StoreError::OwnerQuota { .. })), "{results:?}");
+            } else {
+                assert_eq!(r.as_ref().unwrap().accepted, 10, "{results:?}");
+            }
+        }
+        assert_eq!(seq(&s), 20, "the refused push left nothing, not even its owner's registration");
+        assert_eq!(s.authenticate("too-big", "token-hash").unwrap(), crate::store::OwnerState::Unknown);
+        assert_eq!(s.authenticate("small-1", "token-hash").unwrap(), crate::store::OwnerState::Known);
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_push_over_its_quota_first_in_a_group_fails_alone_and_the_others_are_stored() {
+        group_with_a_push_over_quota(0);
+    }
+
+    #[test]
+    fn a_push_over_its_quota_later_in_a_group_fails_alone_and_the_others_are_stored() {
+        group_with_a_push_over_quota(1);
+    }
+
+    #[test]
+    fn a_push_whose_deadline_passed_while_it_waited_in_a_group_stores_nothing() {
+        let (s, dir) = store("deadline", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
+        let s = Arc::new(s);
+        let held = lock(&s.writer);
+        let late = {
+            let s = s.clone();
+            let deadline = Some(Instant::now() + std::time::Duration::from_millis(50));
+            std::thread::spawn(move || {
+                s.push("late", "token-hash", vec![event(1, 10)], "now", MayRegister::Yes, deadline)
+            })
+        };
+        while s.queue.len() < 1 {
+            std::thread::yield_now();
+        }
+        let on_time = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                s.push("on-time", "token-hash", vec![event(2, 10)], "now", MayRegister::Yes, None)
+            })
+        };
+        while s.queue.len() < 2 {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(80));
+        drop(held);
+        assert!(matches!(late.join().unwrap(), Err(StoreError::DeadlinePassed)));
+        assert_eq!(on_time.join().unwrap().unwrap().accepted, 1);
+        assert_eq!(seq(&s), 1);
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}
