@@ -87,10 +87,10 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
 ///
 /// The outbox's first layout (up to issue 17's round twenty-three) was a rowid table ordered by
 /// a `seq` with a second b-tree for `event_id UNIQUE`: every local write touched both. It is
-/// now clustered by `event_id` alone — a local HLC, so the order of writes (PROTOCOL.md, "Local
-/// database"). The old table is renamed, the new one made by the DDL, the rows copied across
-/// (intents, envelopes and push times kept; the acknowledgements refer to event ids and stay
-/// as they are) and the old table dropped — all in one savepoint.
+/// now clustered by `event_id` alone — a local HLC, so the order of writes (PROTOCOL.md, "The
+/// engine's local storage"). The old table is renamed, the new one made by the DDL, the rows
+/// copied across (intents, envelopes and push times kept; the acknowledgements refer to event
+/// ids and stay as they are) and the old table dropped — all in one savepoint.
 pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
     let first_layout: bool =
         conn.query_row("SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'", [], |r| {
