@@ -1,7 +1,9 @@
 //! Group commit. A push queues itself, then waits for the writer; whichever push gets the
-//! writer stores every push queued by then (up to [`MAX_GROUP`]) in one transaction — the
-//! first as it is, each other in a savepoint of its own — and commits once. The pushes it
-//! stored find their answers when they get the writer in turn. One fsync serves the group
+//! writer stores itself and the oldest pushes queued by then (up to [`MAX_GROUP`] in all) in
+//! one transaction — the first as it is, each other in a savepoint of its own — and commits
+//! once. The pushes it stored find their answers when they get the writer in turn (so an
+//! answer can also wait behind the stream indexer's batch, which takes the writer between
+//! groups; a push's own wait for the writer was that already). One fsync serves the group
 //! instead of one each, and every answer still comes after the commit that made it durable
 //! (`synchronous = FULL`): the ack rule is unchanged.
 //!
@@ -11,7 +13,8 @@
 //!
 //! A push that fails (quota, a closed owner, a deadline that passed while it waited) rolls back
 //! its own savepoint only; the others of the group go on. A commit that fails fails every push
-//! of the group — none of them was acknowledged, and their devices push again.
+//! the group stored — none of them was acknowledged, and their devices push again; a push the
+//! group had not reached yet is stored by its own thread, which finds no answer.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -75,11 +78,14 @@ impl Queue {
         lock(&self.waiting).push(job);
     }
 
-    /// Up to `n` of the oldest waiting pushes.
-    fn take(&self, n: usize) -> Vec<Arc<PushJob>> {
+    /// `own` (out of the queue wherever it is — the writer's mutex is not first come, first
+    /// served — or not queued any more: a push that took it failed before answering it) and up
+    /// to `n − 1` of the oldest other waiting pushes.
+    fn take(&self, own: &Arc<PushJob>, n: usize) -> Vec<Arc<PushJob>> {
         let mut q = lock(&self.waiting);
-        let n = n.min(q.len());
-        q.drain(..n).collect()
+        q.retain(|j| !Arc::ptr_eq(j, own));
+        let others = n.saturating_sub(1).min(q.len());
+        std::iter::once(own.clone()).chain(q.drain(..others)).collect()
     }
 
     #[cfg(test)]
@@ -122,11 +128,7 @@ impl SqliteStore {
     /// Stores `own` and the other pushes waiting (see the module docs), holding the writer
     /// `conn`; answers each of them, and returns `own`'s answer.
     pub(super) fn store_group(&self, conn: &mut Connection, own: &Arc<PushJob>) -> Result<PushOutcome, StoreError> {
-        let mut jobs = self.queue.take(MAX_GROUP);
-        // `own` is queued unless a push that took it failed before answering it (a panic).
-        if !jobs.iter().any(|j| Arc::ptr_eq(j, own)) {
-            jobs.push(own.clone());
-        }
+        let jobs = self.queue.take(own, MAX_GROUP);
         let mut done: Vec<(Arc<PushJob>, Result<PushOutcome, StoreError>)> = Vec::with_capacity(jobs.len());
         let stored = self.store_jobs(conn, jobs, &mut done);
         let mut own_result = None;
@@ -320,6 +322,41 @@ mod tests {
         let heads: std::collections::BTreeSet<u64> = results.iter().map(|r| r.as_ref().unwrap().head_seq).collect();
         assert_eq!(heads.into_iter().collect::<Vec<_>>(), [100, 200, 300, 400, 500], "each push its own head");
         assert_eq!(commits(&s), 1, "one commit for the five pushes");
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_group_led_by_the_push_queued_last_takes_it_out_of_the_queue_and_holds_at_most_32() {
+        let (s, dir) = store("last", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
+        let s = Arc::new(s);
+        let mut held = lock(&s.writer);
+        let threads: Vec<_> = (0..40)
+            .map(|o| {
+                let s2 = s.clone();
+                let t = std::thread::spawn(move || {
+                    s2.push(&format!("owner-{o}"), "token-hash", vec![event(o, 10)], "now", MayRegister::Yes, None)
+                });
+                while s.queue.len() < o + 1 {
+                    std::thread::yield_now();
+                }
+                t
+            })
+            .collect();
+        // The last push to queue gets the writer first (as an unfair mutex may let it).
+        let last = lock(&s.queue.waiting)[39].clone();
+        let answer = s.store_group(&mut held, &last);
+        assert_eq!(answer.as_ref().unwrap().accepted, 1);
+        assert_eq!(s.queue.len(), 40 - 32, "the group: the last push and the 31 oldest");
+        assert!(!lock(&s.queue.waiting).iter().any(|j| Arc::ptr_eq(j, &last)), "the last push is not queued twice");
+        *lock(&last.result) = Some(answer);
+        drop(held);
+        for t in threads {
+            let out = t.join().unwrap().unwrap();
+            assert_eq!((out.accepted, out.duplicate), (1, 0), "every push stored once");
+        }
+        assert_eq!(seq(&s), 40);
+        assert_eq!(s.queue.len(), 0);
         drop(s);
         let _ = std::fs::remove_dir_all(dir);
     }
