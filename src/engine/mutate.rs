@@ -379,10 +379,12 @@ impl Engine {
     }
 
     /// The answer of the first call of request `id` from its record `text` ([`canonical_rows`])
-    /// and the re-sent `ops`: an insert's or upsert's row is the op's row as it was written
-    /// (its columns converted as then, the others null, not deleted) with the recorded HLC. A
-    /// record that does not fit the ops — another count, an HLC where the op is an update or
-    /// delete, a row of another id — is refused: the request id was reused for another call.
+    /// and the re-sent `ops`. An insert's or upsert's row is read back while it still has the
+    /// recorded HLC; once a later write changed it, it is the op's row as it was written (its
+    /// columns converted as then, the others null, not deleted) with the recorded HLC. A record
+    /// that does not fit the ops — another count, an HLC where the op is an update or delete, a
+    /// row of another id, a row that never had the recorded HLC — is refused: the request id
+    /// was reused for another call.
     fn replay_rows(&self, id: &str, text: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
         let corrupt = || -> EngineError {
             StoreError::Corrupt(format!("the recorded result of request {id:?} is not a JSON array of rows and HLCs"))
@@ -399,12 +401,23 @@ impl Engine {
         for (op, r) in ops.iter().zip(recorded) {
             match (op, r) {
                 (Op::Insert { table, row } | Op::Upsert { table, row }, Json::String(hlc)) => {
+                    let hlc = hlc.as_str().ok_or_else(corrupt)?;
                     let t = self.app_table(table)?;
-                    let mut values = vec![Value::Null; t.columns.len()];
-                    apply_columns(t, row, &mut values)?;
-                    let updated_at = hlc.as_str().ok_or_else(corrupt)?.to_owned();
-                    let written = RowData { id: row_id(table, row)?, updated_at, deleted: false, values };
-                    rows.push(row_json(t, &written));
+                    let id = row_id(table, row)?;
+                    match rows::read_row(&self.db.borrow(), t, &id)? {
+                        // Unchanged since: the row as it was written.
+                        Some(now) if now.updated_at == hlc => rows.push(row_json(t, &now)),
+                        // A later write changed it (HLC text sorts as HLCs do): the row as it
+                        // was written, rebuilt from the op.
+                        Some(now) if now.updated_at.as_str() > hlc => {
+                            let mut values = vec![Value::Null; t.columns.len()];
+                            apply_columns(t, row, &mut values)?;
+                            let written = RowData { id, updated_at: hlc.to_owned(), deleted: false, values };
+                            rows.push(row_json(t, &written));
+                        }
+                        // This row never had that version: the id is another call's.
+                        _ => return Err(reused()),
+                    }
                 }
                 (Op::Update { id, .. } | Op::Delete { id, .. }, r @ Json::Object(_))
                     if row_id("", &r).ok().as_ref() == Some(id) =>

@@ -92,11 +92,8 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
 /// copied across (intents, envelopes and push times kept; the acknowledgements refer to event
 /// ids and stay as they are) and the old table dropped — all in one savepoint.
 pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
-    let first_layout: bool =
-        conn.query_row("SELECT count(*) > 0 FROM pragma_table_info('_sync_outbox') WHERE name = 'seq'", [], |r| {
-            r.get(0)
-        })?;
-    if !first_layout {
+    // Only the first layout has a `seq` column (and a new database no outbox at all).
+    if conn.prepare("SELECT seq FROM _sync_outbox").is_err() {
         conn.execute_batch(SYSTEM_DDL)?;
         return Ok(());
     }
@@ -104,7 +101,7 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
     let moved = conn.execute_batch("ALTER TABLE _sync_outbox RENAME TO _sync_outbox_first").and_then(|()| {
         conn.execute_batch(SYSTEM_DDL)?;
         conn.execute_batch(
-            "INSERT INTO _sync_outbox (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
+            "INSERT INTO _sync_outbox
                  SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox_first;
              DROP TABLE _sync_outbox_first;",
         )

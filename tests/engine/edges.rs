@@ -189,7 +189,14 @@ fn a_request_id_reused_for_other_ops_is_refused_and_writes_nothing() {
     let insert = |id: &str| Op::Insert { table: "todos".into(), row: todo(id, "x") };
     d.engine.transaction_once("tab:1", &[insert("a")]).unwrap();
     let outbox = d.count("_sync_outbox");
-    for other in [vec![insert("a"), insert("b")], vec![Op::Delete { table: "todos".into(), id: "u".into() }], vec![]] {
+    for other in [
+        vec![insert("a"), insert("b")],
+        vec![Op::Delete { table: "todos".into(), id: "u".into() }],
+        vec![],
+        // The same shape: a row that does not exist, a row older than the record.
+        vec![insert("z")],
+        vec![insert("u")],
+    ] {
         let err = d.engine.transaction_once("tab:1", &other).unwrap_err();
         assert!(err.to_string().contains("used for another call"), "{err}");
     }
@@ -201,8 +208,29 @@ fn a_request_id_reused_for_other_ops_is_refused_and_writes_nothing() {
     }
     assert!(d.engine.get("todos", "w").unwrap().is_some(), "w was not deleted");
     assert_eq!(d.count("_sync_outbox"), outbox + 2, "only tab:2's delete (and w) were written");
-    assert!(d.engine.get("todos", "b").unwrap().is_none());
-    assert!(d.engine.get("todos", "v").unwrap().is_none());
+    for never in ["b", "v", "z"] {
+        assert!(d.engine.get("todos", never).unwrap().is_none(), "{never}");
+    }
+}
+
+#[test]
+fn a_re_sent_insert_is_answered_from_its_row_even_after_the_app_stopped_declaring_a_column_it_set() {
+    let secret = phrase();
+    let path = temp_dir("record-schema").join("db.sqlite");
+    let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
+    let meta = Json::object([("k", Json::from("v"))]);
+    let row = Json::object([("id", Json::from("m")), ("title", Json::from("t")), ("meta", meta)]);
+    let ops = [Op::Insert { table: "todos".into(), row }];
+    let first = d.engine.transaction_once("tab:m", &ops).unwrap();
+    drop(d);
+    // An app update no longer declares `meta` (columns are never dropped, only no longer used).
+    let mut spec = DeviceSpec::on_file(&secret, &[], &path, T0);
+    spec.schema.tables[0].columns.retain(|c| c.name != "meta");
+    let d = Device::open(spec);
+    let again = d.engine.transaction_once("tab:m", &ops).unwrap();
+    assert_eq!(again[0].get("updatedAt"), first[0].get("updatedAt"));
+    assert_eq!(again[0].get("title").and_then(Json::as_str), Some("t"));
+    assert_eq!(d.count("todos"), 1);
 }
 
 #[test]
