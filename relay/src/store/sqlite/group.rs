@@ -1,9 +1,9 @@
-//! Group commit. A push queues itself, then waits for the writer; whichever push gets the
-//! writer stores itself and the oldest pushes queued by then (up to [`MAX_GROUP`] in all) in
-//! one transaction — the first as it is, each other in a savepoint of its own — and commits
-//! once. The pushes it stored find their answers when they get the writer in turn (so an
-//! answer can also wait behind the stream indexer's batch, which takes the writer between
-//! groups; a push's own wait for the writer was that already). One fsync serves the group
+//! Group commit. A push queues itself; if no push leads a group, it leads one: it waits for
+//! the writer, then stores itself and the oldest pushes queued by then (up to [`MAX_GROUP`] in
+//! all) in one transaction — the first as it is, each other in a savepoint of its own — and
+//! commits once. The pushes it stored are woken with their answers (they never wait for the
+//! writer, which the stream indexer's batch may take next for 30–50 ms); the others queued
+//! meanwhile then have one of them lead the next group. One fsync serves the group
 //! instead of one each, and every answer still comes after the commit that made it durable
 //! (`synchronous = FULL`): the ack rule is unchanged.
 //!
@@ -16,7 +16,7 @@
 //! the group stored — none of them was acknowledged, and their devices push again; a push the
 //! group had not reached yet is stored by its own thread, which finds no answer.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use rusqlite::Connection;
@@ -66,23 +66,55 @@ impl PushJob {
     }
 }
 
-/// The pushes waiting for the writer, in arrival order, and how many groups were committed.
+/// The pushes waiting to be stored, in arrival order; whether a push leads a group now; and
+/// how many groups were committed.
 #[derive(Debug, Default)]
 pub(super) struct Queue {
-    waiting: Mutex<Vec<Arc<PushJob>>>,
+    state: Mutex<State>,
+    /// Signalled when a group's leader is done: its answers are set and another may lead.
+    changed: Condvar,
     commits: std::sync::atomic::AtomicU64,
 }
 
+#[derive(Debug, Default)]
+struct State {
+    waiting: Vec<Arc<PushJob>>,
+    leading: bool,
+}
+
+/// The lead of a group, given up (and the waiting pushes woken) when dropped — also when the
+/// leader's thread unwinds, so no waiting push is left without a leader.
+pub(super) struct Leading<'q>(&'q Queue);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).leading = false;
+        self.0.changed.notify_all();
+    }
+}
+
 impl Queue {
-    pub fn add(&self, job: Arc<PushJob>) {
-        lock(&self.waiting).push(job);
+    /// Queues `job` and waits: for its answer, if another push stored it (`Ok`) — a waiting
+    /// push never needs the writer for that — or for the lead, once no push has it (`Err`).
+    pub fn join(&self, job: &Arc<PushJob>) -> Result<Result<PushOutcome, StoreError>, Leading<'_>> {
+        let mut st = lock(&self.state);
+        st.waiting.push(job.clone());
+        loop {
+            if let Some(answer) = job.take_result() {
+                return Ok(answer);
+            }
+            if !st.leading {
+                st.leading = true;
+                return Err(Leading(self));
+            }
+            st = self.changed.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
     }
 
-    /// `own` (out of the queue wherever it is — the writer's mutex is not first come, first
-    /// served — or not queued any more: a push that took it failed before answering it) and up
-    /// to `n − 1` of the oldest other waiting pushes.
+    /// `own` (out of the queue wherever it is, or not queued any more: a push that took it
+    /// failed before answering it) and up to `n − 1` of the oldest other waiting pushes.
     fn take(&self, own: &Arc<PushJob>, n: usize) -> Vec<Arc<PushJob>> {
-        let mut q = lock(&self.waiting);
+        let q = &mut lock(&self.state).waiting;
         q.retain(|j| !Arc::ptr_eq(j, own));
         let others = n.saturating_sub(1).min(q.len());
         std::iter::once(own.clone()).chain(q.drain(..others)).collect()
@@ -90,7 +122,7 @@ impl Queue {
 
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        lock(&self.waiting).len()
+        lock(&self.state).waiting.len()
     }
 }
 
@@ -344,11 +376,14 @@ mod tests {
             })
             .collect();
         // The last push to queue gets the writer first (as an unfair mutex may let it).
-        let last = lock(&s.queue.waiting)[39].clone();
+        let last = lock(&s.queue.state).waiting[39].clone();
         let answer = s.store_group(&mut held, &last);
         assert_eq!(answer.as_ref().unwrap().accepted, 1);
         assert_eq!(s.queue.len(), 40 - 32, "the group: the last push and the 31 oldest");
-        assert!(!lock(&s.queue.waiting).iter().any(|j| Arc::ptr_eq(j, &last)), "the last push is not queued twice");
+        assert!(
+            !lock(&s.queue.state).waiting.iter().any(|j| Arc::ptr_eq(j, &last)),
+            "the last push is not queued twice"
+        );
         *lock(&last.result) = Some(answer);
         drop(held);
         for t in threads {
@@ -357,6 +392,46 @@ mod tests {
         }
         assert_eq!(seq(&s), 40);
         assert_eq!(s.queue.len(), 0);
+        drop(s);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn pushes_stored_by_another_get_their_answers_while_the_writer_is_still_held() {
+        let (s, dir) = store("no-writer", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
+        let s = Arc::new(s);
+        let mut held = lock(&s.writer);
+        let (sent, answered) = std::sync::mpsc::channel();
+        let threads: Vec<_> = (0..3)
+            .map(|o| {
+                let (s2, sent) = (s.clone(), sent.clone());
+                let t = std::thread::spawn(move || {
+                    let r =
+                        s2.push(&format!("owner-{o}"), "token-hash", vec![event(o, 10)], "now", MayRegister::Yes, None);
+                    sent.send(o).unwrap();
+                    r
+                });
+                while s.queue.len() < o + 1 {
+                    std::thread::yield_now();
+                }
+                t
+            })
+            .collect();
+        // The first push leads and waits for the writer; the test stores its group as it would.
+        let first = lock(&s.queue.state).waiting[0].clone();
+        let answer = s.store_group(&mut held, &first);
+        *lock(&first.result) = Some(answer);
+        s.queue.changed.notify_all();
+        // The two others return while the writer is still held (in a relay: by the indexer).
+        let mut early: Vec<usize> =
+            (0..2).map(|_| answered.recv_timeout(std::time::Duration::from_secs(10)).expect("answered")).collect();
+        early.sort_unstable();
+        assert_eq!(early, [1, 2]);
+        drop(held);
+        for t in threads {
+            assert_eq!(t.join().unwrap().unwrap().accepted, 1);
+        }
+        assert_eq!(seq(&s), 3);
         drop(s);
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -358,11 +358,14 @@ impl RelayStore for SqliteStore {
         deadline: Deadline,
     ) -> Result<PushOutcome, StoreError> {
         let job = Arc::new(group::PushJob::new(owner_id, token_hash, events, now, register, deadline));
-        self.queue.add(job.clone());
+        let _leading = match self.queue.join(&job) {
+            Ok(answer) => return answer,
+            Err(leading) => leading,
+        };
         let mut conn = lock(&self.writer);
-        // Another push that had the writer may have stored this one with its own.
+        // Answered while this push waited for the writer (only a test does that).
         match job.take_result() {
-            Some(result) => result,
+            Some(answer) => answer,
             None => self.store_group(&mut conn, &job),
         }
     }
