@@ -302,11 +302,23 @@ mod tests {
         NewEvent { event_id: format!("e{i:05}"), stream_id: None, json: format!("{{\"n\":\"{}\"}}", "x".repeat(size)) }
     }
 
-    fn store(tag: &str, quotas: Quotas) -> (SqliteStore, std::path::PathBuf) {
-        let dir = std::env::temp_dir().join(format!("simplysync-relay-group-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+    /// The test's directory, removed when the test ends (also when it fails).
+    struct Dir(std::path::PathBuf);
+
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    /// A store in a directory of its own, which goes once the caller drops it — after the
+    /// store, bound after it (`let (_dir, s)`) and so dropped first.
+    fn store(tag: &str, quotas: Quotas) -> (Dir, Arc<SqliteStore>) {
+        let dir = Dir(std::env::temp_dir().join(format!("simplysync-relay-group-{tag}-{}", std::process::id())));
+        let _ = std::fs::remove_dir_all(&dir.0);
         let options = StoreOptions::new(quotas);
-        (SqliteStore::open(&dir.join("relay.db"), options, "2026-12-05T00:00:00Z").unwrap(), dir)
+        let s = SqliteStore::open(&dir.0.join("relay.db"), options, "2026-12-05T00:00:00Z").unwrap();
+        (dir, Arc::new(s))
     }
 
     /// Starts `pushes` (owner, token, events) on threads of their own while the test holds the
@@ -341,8 +353,7 @@ mod tests {
 
     #[test]
     fn pushes_waiting_for_the_writer_are_stored_in_one_commit_and_each_gets_its_own_answer() {
-        let (s, dir) = store("one-commit", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
-        let s = Arc::new(s);
+        let (_dir, s) = store("one-commit", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
         let pushes: Vec<_> =
             (0..5).map(|o| (format!("owner-{o}"), (0..100).map(|i| event(o * 1000 + i, 50)).collect())).collect();
         let results = pushed_as_one_group(&s, pushes);
@@ -354,14 +365,11 @@ mod tests {
         let heads: std::collections::BTreeSet<u64> = results.iter().map(|r| r.as_ref().unwrap().head_seq).collect();
         assert_eq!(heads.into_iter().collect::<Vec<_>>(), [100, 200, 300, 400, 500], "each push its own head");
         assert_eq!(commits(&s), 1, "one commit for the five pushes");
-        drop(s);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn a_group_led_by_the_push_queued_last_takes_it_out_of_the_queue_and_holds_at_most_32() {
-        let (s, dir) = store("last", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
-        let s = Arc::new(s);
+        let (_dir, s) = store("last", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
         let mut held = lock(&s.writer);
         let threads: Vec<_> = (0..40)
             .map(|o| {
@@ -392,14 +400,11 @@ mod tests {
         }
         assert_eq!(seq(&s), 40);
         assert_eq!(s.queue.len(), 0);
-        drop(s);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn pushes_stored_by_another_get_their_answers_while_the_writer_is_still_held() {
-        let (s, dir) = store("no-writer", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
-        let s = Arc::new(s);
+        let (_dir, s) = store("no-writer", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
         let mut held = lock(&s.writer);
         let (sent, answered) = std::sync::mpsc::channel();
         let threads: Vec<_> = (0..3)
@@ -432,15 +437,12 @@ mod tests {
             assert_eq!(t.join().unwrap().unwrap().accepted, 1);
         }
         assert_eq!(seq(&s), 3);
-        drop(s);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A group of three where the push at `refused` goes over its owner's quota.
     fn group_with_a_push_over_quota(refused: usize) {
-        let (s, dir) =
+        let (_dir, s) =
             store(&format!("quota-{refused}"), Quotas { max_owner_bytes: 10_000, max_total_bytes: u64::MAX });
-        let s = Arc::new(s);
         let mut pushes: Vec<(String, Vec<NewEvent>)> =
             (0..2).map(|o| (format!("small-{o}"), (0..10).map(|i| event(i, 50)).collect())).collect();
         pushes.insert(refused, ("too-big".to_owned(), (0..10).map(|i| event(i, 2_000)).collect()));
@@ -455,8 +457,6 @@ mod tests {
         assert_eq!(seq(&s), 20, "the refused push left nothing, not even its owner's registration");
         assert_eq!(s.authenticate("too-big", "token-hash").unwrap(), crate::store::OwnerState::Unknown);
         assert_eq!(s.authenticate("small-1", "token-hash").unwrap(), crate::store::OwnerState::Known);
-        drop(s);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -471,8 +471,7 @@ mod tests {
 
     #[test]
     fn a_push_whose_deadline_passed_while_it_waited_in_a_group_stores_nothing() {
-        let (s, dir) = store("deadline", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
-        let s = Arc::new(s);
+        let (_dir, s) = store("deadline", Quotas { max_owner_bytes: u64::MAX, max_total_bytes: u64::MAX });
         let held = lock(&s.writer);
         let late = {
             let s = s.clone();
@@ -498,7 +497,5 @@ mod tests {
         assert!(matches!(late.join().unwrap(), Err(StoreError::DeadlinePassed)));
         assert_eq!(on_time.join().unwrap().unwrap().accepted, 1);
         assert_eq!(seq(&s), 1);
-        drop(s);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }
