@@ -19,9 +19,11 @@
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use rusqlite::Connection;
+use rusqlite::{params, Connection};
 
-use super::{lock, SqliteStore};
+use super::owners::{apply, check_quota, owner_or_register, Delta};
+use super::schema::{meta_u64, set_meta};
+use super::{indexer, lock, streams, SqliteStore};
 use crate::store::{Deadline, MayRegister, NewEvent, PushOutcome, StoreError};
 
 /// Most pushes stored in one transaction: bounds how long the writer is held and how long the
@@ -153,6 +155,61 @@ fn in_savepoint<T>(
             // fails, with this push's own error.
             Err(_) => Err(e),
         },
+    }
+}
+
+impl SqliteStore {
+    /// One push's writes inside the group's transaction `tx` (see group.rs): the outcome, and
+    /// whether the stream index's tail grew past a batch.
+    fn store_push(&self, tx: &Connection, job: &PushJob) -> Result<(PushOutcome, bool), StoreError> {
+        let (quotas, rules) = (self.quotas, self.registration);
+        let owner = owner_or_register(tx, &job.owner_id, &job.token_hash, &job.now, rules, job.register)?;
+        let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
+        let mut seq = meta_u64(tx, "seq")?;
+        let head_before = seq;
+        let mut tail_grew = false;
+        {
+            // ON CONFLICT on the (owner, event id) key only: any other conflict — a seq that
+            // somehow exists — is an error, never silently ignored.
+            let mut insert = tx.prepare_cached(
+                "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_key, event_id) DO NOTHING",
+            )?;
+            let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
+            for ev in &job.events {
+                let bytes = ev.json.len() as i64;
+                let n =
+                    insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
+                if n == 1 {
+                    seq += 1;
+                    out.accepted += 1;
+                    out.added_bytes += bytes as u64;
+                } else {
+                    out.duplicate += 1;
+                    let existing: String = stored.query_row(params![owner.key, ev.event_id], |r| r.get(0))?;
+                    if existing != ev.json {
+                        out.forged += 1;
+                    }
+                }
+            }
+        }
+        check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, out.added_bytes)?;
+        if seq != head_before {
+            set_meta(tx, "seq", &(seq as i64))?;
+            tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
+                .execute(params![job.owner_id, seq as i64])?;
+            // New streams are counted when their events reach the stream index (streams.rs),
+            // which the indexer's thread adds to between pushes.
+            let tail = seq.saturating_sub(meta_u64(tx, streams::INDEXED_SEQ)?);
+            if tail >= indexer::SAFETY_NET {
+                streams::index_tail(tx, 0)?;
+            } else {
+                tail_grew = tail >= streams::INDEX_BATCH;
+            }
+        }
+        apply(tx, &job.owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
+        out.head_seq = if seq != head_before { seq } else { 0 };
+        Ok((out, tail_grew))
     }
 }
 
@@ -294,7 +351,8 @@ impl Drop for Tx<'_> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::{meta_u64, Quotas, StoreOptions};
+    use super::super::test_store::{self, Dir};
+    use super::super::Quotas;
     use super::*;
     use crate::store::RelayStore;
 
@@ -302,22 +360,8 @@ mod tests {
         NewEvent { event_id: format!("e{i:05}"), stream_id: None, json: format!("{{\"n\":\"{}\"}}", "x".repeat(size)) }
     }
 
-    /// The test's directory, removed when the test ends (also when it fails).
-    struct Dir(std::path::PathBuf);
-
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    /// A store in a directory of its own, which goes once the caller drops it — after the
-    /// store, bound after it (`let (_dir, s)`) and so dropped first.
     fn store(tag: &str, quotas: Quotas) -> (Dir, Arc<SqliteStore>) {
-        let dir = Dir(std::env::temp_dir().join(format!("simplysync-relay-group-{tag}-{}", std::process::id())));
-        let _ = std::fs::remove_dir_all(&dir.0);
-        let options = StoreOptions::new(quotas);
-        let s = SqliteStore::open(&dir.0.join("relay.db"), options, "2026-12-05T00:00:00Z").unwrap();
+        let (dir, s) = test_store::open(&format!("group-{tag}"), quotas);
         (dir, Arc::new(s))
     }
 

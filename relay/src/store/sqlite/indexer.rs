@@ -147,25 +147,15 @@ impl Drop for Indexer {
 mod tests {
     use std::sync::atomic::Ordering;
 
-    use super::super::{lock, Quotas, SqliteStore, StoreOptions};
+    use super::super::test_store::{self, Dir};
+    use super::super::{lock, Quotas, SqliteStore};
     use super::{index_relaxed, Shared};
     use crate::store::{MayRegister, NewEvent, RelayStore};
 
     const NOW: &str = "2026-12-03T00:00:00.000Z";
 
-    struct Dir(std::path::PathBuf);
-    impl Drop for Dir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
     fn store(tag: &str) -> (Dir, SqliteStore) {
-        let dir = Dir(std::env::temp_dir().join(format!("simplysync-indexer-{tag}-{}", std::process::id())));
-        let _ = std::fs::remove_dir_all(&dir.0);
-        let quotas = Quotas { max_owner_bytes: 1 << 30, max_total_bytes: 1 << 30 };
-        let s = SqliteStore::open(&dir.0.join("relay.sqlite"), StoreOptions::new(quotas), NOW).unwrap();
-        (dir, s)
+        test_store::open(&format!("indexer-{tag}"), Quotas { max_owner_bytes: 1 << 30, max_total_bytes: 1 << 30 })
     }
 
     fn synchronous(s: &SqliteStore) -> i64 {

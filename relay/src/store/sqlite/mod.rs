@@ -20,6 +20,8 @@ mod indexer;
 mod owners;
 mod schema;
 mod streams;
+#[cfg(test)]
+mod test_store;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
@@ -278,61 +280,6 @@ impl SqliteStore {
     /// Flushes the high-water mark to disk (tests; shutdown does it too).
     pub fn flush_mark(&self) {
         self.mark.flush();
-    }
-}
-
-impl SqliteStore {
-    /// One push's writes inside the group's transaction `tx` (see group.rs): the outcome, and
-    /// whether the stream index's tail grew past a batch.
-    fn store_push(&self, tx: &Connection, job: &group::PushJob) -> Result<(PushOutcome, bool), StoreError> {
-        let (quotas, rules) = (self.quotas, self.registration);
-        let owner = owner_or_register(tx, &job.owner_id, &job.token_hash, &job.now, rules, job.register)?;
-        let mut out = PushOutcome { registered: owner.registered, ..PushOutcome::default() };
-        let mut seq = meta_u64(tx, "seq")?;
-        let head_before = seq;
-        let mut tail_grew = false;
-        {
-            // ON CONFLICT on the (owner, event id) key only: any other conflict — a seq that
-            // somehow exists — is an error, never silently ignored.
-            let mut insert = tx.prepare_cached(
-                "INSERT INTO events (seq, owner_key, event_id, stream_id, envelope, bytes)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (owner_key, event_id) DO NOTHING",
-            )?;
-            let mut stored = tx.prepare_cached("SELECT envelope FROM events WHERE owner_key = ?1 AND event_id = ?2")?;
-            for ev in &job.events {
-                let bytes = ev.json.len() as i64;
-                let n =
-                    insert.execute(params![(seq + 1) as i64, owner.key, ev.event_id, ev.stream_id, ev.json, bytes])?;
-                if n == 1 {
-                    seq += 1;
-                    out.accepted += 1;
-                    out.added_bytes += bytes as u64;
-                } else {
-                    out.duplicate += 1;
-                    let existing: String = stored.query_row(params![owner.key, ev.event_id], |r| r.get(0))?;
-                    if existing != ev.json {
-                        out.forged += 1;
-                    }
-                }
-            }
-        }
-        check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, out.added_bytes)?;
-        if seq != head_before {
-            set_meta(tx, "seq", &(seq as i64))?;
-            tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?
-                .execute(params![job.owner_id, seq as i64])?;
-            // New streams are counted when their events reach the stream index (streams.rs),
-            // which the indexer's thread adds to between pushes.
-            let tail = seq.saturating_sub(meta_u64(tx, streams::INDEXED_SEQ)?);
-            if tail >= indexer::SAFETY_NET {
-                streams::index_tail(tx, 0)?;
-            } else {
-                tail_grew = tail >= streams::INDEX_BATCH;
-            }
-        }
-        apply(tx, &job.owner_id, Delta { bytes: out.added_bytes as i64, events: out.accepted as i64, streams: 0 })?;
-        out.head_seq = if seq != head_before { seq } else { 0 };
-        Ok((out, tail_grew))
     }
 }
 
