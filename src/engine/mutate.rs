@@ -91,9 +91,9 @@ pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
 /// canonical JSON, a browser test the answers of both ways in).
 ///
 /// With `record_of` (the ops that wrote them), the record of the answer kept for a request id
-/// instead: per op, the row's HLC for an insert or upsert — the rest of that row is the op's
-/// own, rebuilt from the re-sent call ([`Engine::replay_rows`]) — and the whole row for an
-/// update or delete, whose answer also holds what the row was before. A bulk insert's record is
+/// instead: per op, the row's HLC for an insert or upsert — its row is read back, or rebuilt
+/// from the re-sent op once a later write changed it ([`Engine::replay_rows`]) — and the whole
+/// row for an update or delete, whose answer also holds what the row was before. A bulk insert's record is
 /// then ~50 bytes a row, not the rows again (BENCHMARKS.md, issue 17 round twenty-three).
 /// Records of whole rows only (written before that round) replay as they are.
 fn canonical_rows(rows: &[Written<'_>], record_of: Option<&[Op]>) -> String {
@@ -408,7 +408,8 @@ impl Engine {
                         // Unchanged since: the row as it was written.
                         Some(now) if now.updated_at == hlc => rows.push(row_json(t, &now)),
                         // A later write changed it (HLC text sorts as HLCs do): the row as it
-                        // was written, rebuilt from the op.
+                        // was written, rebuilt from the op as `stage` builds it (not shared with
+                        // `stage` through a helper: that cost the package 238 bytes it lacks).
                         Some(now) if now.updated_at.as_str() > hlc => {
                             let mut values = vec![Value::Null; t.columns.len()];
                             apply_columns(t, row, &mut values)?;
