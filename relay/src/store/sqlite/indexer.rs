@@ -15,7 +15,8 @@
 //! events indexes them itself, so the tail (what a reader of the index indexes first, and what
 //! an account query counts) stays bounded.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -25,6 +26,10 @@ use super::{lock, streams, StoreError};
 
 /// The tail a push indexes itself, inside its own transaction (the thread fell behind).
 pub(super) const SAFETY_NET: u64 = 4 * streams::INDEX_BATCH;
+
+/// The most seqs one batch reads ahead (a longer tail, left while the thread could not run, is
+/// indexed in parts): ~1 MB of rows in memory.
+const READ_AHEAD: u64 = 2 * SAFETY_NET;
 
 #[derive(Default)]
 struct State {
@@ -39,6 +44,9 @@ struct Shared {
     wake: Condvar,
     /// The writer connection runs with `synchronous = NORMAL` (restoring FULL failed).
     relaxed: AtomicBool,
+    /// Write transactions other than pushes' that ended ([`Indexer::wrote`]): a batch read
+    /// ahead across one of them may name events since deleted, and is read again.
+    generation: AtomicU64,
 }
 
 /// The background stream indexer of one database.
@@ -54,17 +62,35 @@ impl std::fmt::Debug for Indexer {
 }
 
 impl Indexer {
-    /// Starts the thread over the `writer` connection. If it cannot start, pushes index the
-    /// tail themselves at [`SAFETY_NET`].
-    pub fn start(writer: Arc<Mutex<Connection>>) -> Indexer {
+    /// Starts the thread over the `writer` connection, reading each batch ahead on a
+    /// connection to `path` of its own (`open`; without one, it reads under the writer). If
+    /// the thread cannot start, pushes index the tail themselves at [`SAFETY_NET`].
+    pub fn start(
+        writer: Arc<Mutex<Connection>>,
+        path: &Path,
+        open: impl FnOnce(&Path) -> Result<Connection, StoreError> + Send + 'static,
+    ) -> Indexer {
         let shared = Arc::new(Shared::default());
-        let s = shared.clone();
+        let (s, path) = (shared.clone(), path.to_owned());
         let thread = std::thread::Builder::new()
             .name("stream-indexer".into())
-            .spawn(move || run(&writer, &s))
+            .spawn(move || {
+                let reader = open(&path)
+                    .map_err(|e| tracing::warn!(error = %e, "the stream indexer reads its batches under the writer"))
+                    .ok();
+                run(&writer, reader, &s)
+            })
             .map_err(|e| tracing::warn!(error = %e, "cannot start the stream indexer; pushes index the tail"))
             .ok();
         Indexer { shared, thread: Mutex::new(thread) }
+    }
+
+    /// A write transaction other than a push's ended (committed or not), the writer still
+    /// held: called after its commit, so a batch that reads ahead after this call sees it.
+    /// Every write that may delete events or index entries must come through here
+    /// (`SqliteStore::write`); pushes only add events after every head read so far.
+    pub fn wrote(&self) {
+        self.shared.generation.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A push left a batch's worth of unindexed events (returns at once).
@@ -95,7 +121,7 @@ impl Indexer {
     }
 }
 
-fn run(writer: &Mutex<Connection>, shared: &Shared) {
+fn run(writer: &Mutex<Connection>, mut reader: Option<Connection>, shared: &Shared) {
     loop {
         {
             let mut st = lock(&shared.state);
@@ -107,21 +133,44 @@ fn run(writer: &Mutex<Connection>, shared: &Shared) {
             }
             st.pending = false;
         }
+        // The batch read ahead, while pushes hold the writer; a failed read is done under it.
+        let generation = shared.generation.load(Ordering::Acquire);
+        let read = reader.as_mut().map(|c| streams::read_tail(c, streams::INDEX_BATCH, READ_AHEAD));
+        let tail = match read {
+            Some(Ok(None)) => continue, // indexed meanwhile (a push at the safety net, a reader)
+            Some(Ok(Some(tail))) => Some((tail, generation)),
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "reading the stream index's batch ahead failed; read under the writer");
+                None
+            }
+            None => None,
+        };
         let mut conn = lock(writer);
-        if let Err(e) = index_relaxed(&mut conn, shared) {
+        if let Err(e) = index_relaxed(&mut conn, tail.as_ref(), shared) {
             // The tail stays; the next push past a batch signals again.
             tracing::warn!(error = %e, "background stream indexing failed; retried after the next push");
         }
     }
 }
 
-/// One batch in its own transaction, committed without an fsync of its own.
-fn index_relaxed(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
+/// One batch in its own transaction, committed without an fsync of its own: `tail` as read
+/// ahead, or (`None`) the tail read under the writer.
+fn index_relaxed(
+    conn: &mut Connection,
+    tail: Option<&(streams::ReadTail, u64)>,
+    shared: &Shared,
+) -> Result<(), StoreError> {
     shared.relaxed.store(true, Ordering::Release);
     conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
     let done = (|| {
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        streams::index_tail(&tx, streams::INDEX_BATCH)?;
+        match tail {
+            Some((tail, generation)) => {
+                let unchanged = shared.generation.load(Ordering::Acquire) == *generation;
+                streams::index_read_tail(&tx, tail, unchanged)?
+            }
+            None => streams::index_tail(&tx, streams::INDEX_BATCH)?,
+        }
         tx.commit()?;
         Ok::<(), StoreError>(())
     })();
@@ -149,7 +198,7 @@ mod tests {
 
     use super::super::test_store::{self, Dir};
     use super::super::{lock, Quotas, SqliteStore};
-    use super::{index_relaxed, Shared};
+    use super::{index_relaxed, streams, Shared};
     use crate::store::{MayRegister, NewEvent, RelayStore};
 
     const NOW: &str = "2026-12-03T00:00:00.000Z";
@@ -171,9 +220,44 @@ mod tests {
     fn a_background_batch_gives_the_writer_back_with_full_sync() {
         let (_dir, s) = store("batch");
         let shared = Shared::default();
-        index_relaxed(&mut lock(&s.writer), &shared).unwrap();
+        index_relaxed(&mut lock(&s.writer), None, &shared).unwrap();
         assert_eq!(synchronous(&s), 2, "FULL");
         assert!(!shared.relaxed.load(Ordering::Acquire));
+    }
+
+    #[test]
+    fn a_batch_read_ahead_across_another_write_is_read_again_under_the_writer() {
+        let (_dir, s) = store("generation");
+        let ev = |id: &str, stream: &str| NewEvent {
+            event_id: id.into(),
+            stream_id: Some(stream.into()),
+            json: "{}".into(),
+        };
+        s.push("a", "hash", vec![ev("a1", "s1"), ev("a2", "s2")], NOW, MayRegister::Yes, None).unwrap();
+        s.push("b", "hash", vec![ev("b1", "s1")], NOW, MayRegister::Yes, None).unwrap();
+        let generation = s.indexer.shared.generation.load(Ordering::Acquire);
+        let mut reader = rusqlite::Connection::open(&s.path).unwrap();
+        let tail = streams::read_tail(&mut reader, 1, u64::MAX).unwrap().unwrap();
+        // Deletes a's events (and a's index entries) after the batch was read.
+        s.close_owner("a", "hash", NOW, None).unwrap();
+        index_relaxed(&mut lock(&s.writer), Some(&(tail, generation)), &s.indexer.shared).unwrap();
+        let c = lock(&s.writer);
+        let entries: Vec<(i64, String, i64)> = c
+            .prepare("SELECT owner_key, stream_id, seq FROM event_streams")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(entries, vec![(2, "s1".to_string(), 3)], "only b's event: none for a's deleted ones");
+        let counts: Vec<(String, i64)> = c
+            .prepare("SELECT owner_id, stream_count FROM owners ORDER BY 1")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(counts, vec![("a".to_string(), 0), ("b".to_string(), 1)]);
     }
 
     #[test]

@@ -231,7 +231,7 @@ impl SqliteStore {
         let busy_timeout_ms = options.busy_timeout_ms;
         let checkpointer = checkpointer::Checkpointer::start(path, move |p| open_connection(p, busy_timeout_ms));
         let writer = Arc::new(Mutex::new(conn));
-        let indexer = indexer::Indexer::start(writer.clone());
+        let indexer = indexer::Indexer::start(writer.clone(), path, move |p| open_connection(p, busy_timeout_ms));
         Ok(SqliteStore {
             path: path.to_owned(),
             busy_timeout_ms: options.busy_timeout_ms,
@@ -269,12 +269,19 @@ impl SqliteStore {
         f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut conn = lock(&self.writer);
-        self.indexer.ensure_durable(&conn)?;
-        let tx = begin(&mut conn, deadline)?;
-        let out = f(&tx)?;
-        tx.commit()?;
-        self.checkpointer.committed();
-        Ok(out)
+        let out = (|| {
+            self.indexer.ensure_durable(&conn)?;
+            let tx = begin(&mut conn, deadline)?;
+            let out = f(&tx)?;
+            tx.commit()?;
+            Ok(out)
+        })();
+        // After the commit or rollback, the writer still held (see indexer.rs).
+        self.indexer.wrote();
+        if out.is_ok() {
+            self.checkpointer.committed();
+        }
+        out
     }
 
     /// Flushes the high-water mark to disk (tests; shutdown does it too).
