@@ -416,11 +416,37 @@ mod tests {
         Connection::open_with_flags_and_vfs(path, flags, vfs).unwrap()
     }
 
-    pub(super) fn temp_db(tag: &str) -> std::path::PathBuf {
+    /// A database path in a directory of the test's own, removed when the test ends (passed
+    /// or failed). Bind it before the connections, so they are dropped first.
+    pub(super) struct TempDb {
+        dir: std::path::PathBuf,
+        path: std::path::PathBuf,
+    }
+
+    impl std::ops::Deref for TempDb {
+        type Target = std::path::Path;
+        fn deref(&self) -> &std::path::Path {
+            &self.path
+        }
+    }
+
+    impl AsRef<std::path::Path> for TempDb {
+        fn as_ref(&self) -> &std::path::Path {
+            &self.path
+        }
+    }
+
+    impl Drop for TempDb {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+
+    pub(super) fn temp_db(tag: &str) -> TempDb {
         let dir = std::env::temp_dir().join(format!("simplysync-coalesce-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        dir.join("db.sqlite")
+        TempDb { path: dir.join("db.sqlite"), dir }
     }
 
     fn fill(conn: &Connection, from: i64, n: i64) {
@@ -541,7 +567,7 @@ mod tests {
 
     /// Two connections on one new WAL database through shim `vfs`, without automatic
     /// checkpoints: the first creates the table.
-    fn two_connections(vfs: &str, tag: &str) -> (std::path::PathBuf, Connection, Connection) {
+    fn two_connections(vfs: &str, tag: &str) -> (TempDb, Connection, Connection) {
         install("unix", vfs, UNIX_CAP).unwrap();
         let path = temp_db(tag);
         let a = open(&path, vfs);

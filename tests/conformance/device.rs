@@ -44,6 +44,10 @@ pub fn unique_name(tag: &str) -> String {
 
 #[cfg(not(target_arch = "wasm32"))]
 async fn connection(name: &str) -> rusqlite::Connection {
+    // One directory per run (tests reopen databases by name); the first call removes those
+    // of earlier runs.
+    static SWEEP: std::sync::Once = std::sync::Once::new();
+    SWEEP.call_once(|| crate::sweep::remove_dead_runs_dirs("simplysync-conformance-"));
     let dir = std::env::temp_dir().join(format!("simplysync-conformance-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     simplysync::store::open_path(dir.join(name).to_str().unwrap()).unwrap()

@@ -13,3 +13,6 @@ pub(crate) use tokio::test;
 
 mod device;
 mod local_api;
+#[cfg(not(target_arch = "wasm32"))]
+#[path = "../support/sweep.rs"]
+mod sweep;

@@ -24,39 +24,12 @@ pub const T0: u64 = 1_764_504_000_000;
 /// untouched for an hour.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static SWEEP: std::sync::Once = std::sync::Once::new();
-    SWEEP.call_once(remove_dead_runs_dirs);
+    SWEEP.call_once(|| crate::sweep::remove_dead_runs_dirs("simplysync-engine-"));
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("simplysync-engine-{}-{tag}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
-}
-
-/// Removes `simplysync-engine-<pid>-…` directories whose process is gone (Linux: `/proc/<pid>`)
-/// and that were not modified for an hour — a run in another PID namespace sharing this
-/// temporary directory has pids this one cannot see, but its files are fresh.
-fn remove_dead_runs_dirs() {
-    // Without /proc a running process cannot be told from a gone one: nothing is removed.
-    if !Path::new("/proc/self").exists() {
-        return;
-    }
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let Some(pid) = name.strip_prefix("simplysync-engine-").and_then(|rest| rest.split('-').next()) else {
-            continue;
-        };
-        let Ok(pid) = pid.parse::<u32>() else { continue };
-        let idle = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age > std::time::Duration::from_secs(3600));
-        if idle && pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists() {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
 }
 
 /// A relay server running on its own thread.

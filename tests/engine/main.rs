@@ -3,6 +3,8 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 mod harness;
+#[path = "../support/sweep.rs"]
+mod sweep;
 
 mod budgets;
 mod cli_sync;

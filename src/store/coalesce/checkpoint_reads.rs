@@ -186,7 +186,7 @@ mod tests {
     use rusqlite::config::DbConfig;
     use rusqlite::{Connection, OpenFlags};
 
-    use super::super::tests::{scatter, temp_db};
+    use super::super::tests::{scatter, temp_db, TempDb};
     use super::*;
 
     const VFS: &str = "coalesce-test-recovery";
@@ -211,7 +211,7 @@ mod tests {
     /// A database whose WAL holds 30 commits of scattered rows (15 of version v1, then 15 of
     /// v2 over the same ids), closed the way a tab that died leaves it (no checkpoint); a copy
     /// of its two files as well.
-    fn left_behind() -> (std::path::PathBuf, std::path::PathBuf) {
+    fn left_behind() -> (TempDb, std::path::PathBuf) {
         super::super::install("unix", VFS, 0x1ffff).unwrap();
         let path = temp_db("recovery");
         let copy = path.with_file_name("copy.sqlite");
