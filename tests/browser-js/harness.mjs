@@ -1,7 +1,7 @@
 // Shared by the browser tests: build the Vite app against the packed tarball, serve it, and
 // launch Debian's Chromium through playwright-core.
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, statSync, writeFileSync } from 'node:fs';
+import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
@@ -107,9 +107,28 @@ const LAUNCH = {
     '--disable-component-update', '--disable-sync'],
 };
 
-/** Headless Chromium; its `newContext()`s are off the record (OPFS kept in the browser's memory). */
+/**
+ * Headless Chromium as users run it: each `newContext()` is a browser of its own on a fresh
+ * profile directory, so OPFS files are on disk (Playwright's own `browser.newContext()` is off
+ * the record, OPFS kept in memory). `close()` closes them all and removes their profiles.
+ */
 export async function launch() {
-  return chromium.launch(LAUNCH);
+  const opened = [];
+  return {
+    async newContext(options = {}) {
+      const dir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-profile-'));
+      const context = await chromium.launchPersistentContext(dir, { ...LAUNCH, ...options });
+      context.profileDir = dir;
+      opened.push({ context, dir });
+      return context;
+    },
+    async close() {
+      for (const { context, dir } of opened.splice(0)) {
+        await context.close().catch(() => {});
+        rmSync(dir, { recursive: true, force: true });
+      }
+    },
+  };
 }
 
 /** Headless Chromium on the profile directory `dir`, as users run it: OPFS files on disk. */

@@ -1,6 +1,8 @@
 // The packed npm package in real Chromium: built into a Vite app, loaded over HTTP, syncing
 // through the real relay that scripts/test.sh starts.
 import assert from 'node:assert/strict';
+import { readdirSync } from 'node:fs';
+import path from 'node:path';
 import { after, before, test } from 'node:test';
 
 import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
@@ -55,6 +57,9 @@ test('the packed package runs in a Vite app: an engine on OPFS writes, reads and
   assert.equal(result.statuses[0].state, 'synced');
   const check = await page.evaluate(() => window.simplysync.validateSecret('abandon abandon'));
   assert.deepEqual({ ok: check.ok, code: check.code }, { ok: false, code: 'SECRET_WORD_COUNT' });
+  // As users run it: the database is in files of the browser's profile on disk, not in memory.
+  const opfs = path.join(context.profileDir, 'Default', 'File System');
+  assert.ok(readdirSync(opfs, { recursive: true }).length > 0, `OPFS files under ${opfs}`);
   await context.close();
 });
 
