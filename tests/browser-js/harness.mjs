@@ -107,6 +107,15 @@ const LAUNCH = {
     '--disable-component-update', '--disable-sync'],
 };
 
+/** Removes a closed browser's profile directory; a failure to is only reported. */
+function removeProfile(dir) {
+  try {
+    rmSync(dir, { recursive: true, force: true, maxRetries: 5, retryDelay: 200 });
+  } catch (e) {
+    console.error(`could not remove the profile ${dir}: ${e.message}`);
+  }
+}
+
 /**
  * Headless Chromium as users run it: each `newContext()` is a browser of its own on a fresh
  * profile directory, so OPFS files are on disk (Playwright's own `browser.newContext()` is off
@@ -117,15 +126,22 @@ export async function launch() {
   return {
     async newContext(options = {}) {
       const dir = mkdtempSync(path.join(os.tmpdir(), 'simplysync-profile-'));
-      const context = await chromium.launchPersistentContext(dir, { ...LAUNCH, ...options });
+      let context;
+      try {
+        context = await chromium.launchPersistentContext(dir, { ...LAUNCH, ...options });
+      } catch (e) {
+        removeProfile(dir);
+        throw e;
+      }
       context.profileDir = dir;
       opened.push({ context, dir });
       return context;
     },
+    // (Not on each context's 'close' event: the browser still writes its profile then.)
     async close() {
       for (const { context, dir } of opened.splice(0)) {
         await context.close().catch(() => {});
-        rmSync(dir, { recursive: true, force: true });
+        removeProfile(dir);
       }
     },
   };

@@ -31,7 +31,7 @@ use super::{lock, streams, StoreError};
 pub(super) const SAFETY_NET: u64 = 4 * streams::INDEX_BATCH;
 
 /// The most seqs one batch reads ahead (a longer tail, left while the thread could not run, is
-/// indexed in parts): ~1 MB of rows in memory.
+/// indexed in parts): at most ~5 MB of rows in memory (~0.6 MB for a batch of 8192).
 const READ_AHEAD: u64 = 2 * SAFETY_NET;
 
 #[derive(Default)]
@@ -66,23 +66,19 @@ impl std::fmt::Debug for Indexer {
 
 impl Indexer {
     /// Starts the thread over the `writer` connection, reading each batch ahead on a
-    /// connection to `path` of its own (`open`; without one, it reads under the writer). If
-    /// the thread cannot start, pushes index the tail themselves at [`SAFETY_NET`].
+    /// connection to `path` of its own (`open`, again after a failed read; without one, it
+    /// reads under the writer). If the thread cannot start, pushes index the tail themselves
+    /// at [`SAFETY_NET`].
     pub fn start(
         writer: Arc<Mutex<Connection>>,
         path: &Path,
-        open: impl FnOnce(&Path) -> Result<Connection, StoreError> + Send + 'static,
+        open: impl Fn(&Path) -> Result<Connection, StoreError> + Send + 'static,
     ) -> Indexer {
         let shared = Arc::new(Shared::default());
         let (s, path) = (shared.clone(), path.to_owned());
         let thread = std::thread::Builder::new()
             .name("stream-indexer".into())
-            .spawn(move || {
-                let reader = open(&path)
-                    .map_err(|e| tracing::warn!(error = %e, "the stream indexer reads its batches under the writer"))
-                    .ok();
-                run(&writer, reader, &s)
-            })
+            .spawn(move || run(&writer, || open(&path), &s))
             .map_err(|e| tracing::warn!(error = %e, "cannot start the stream indexer; pushes index the tail"))
             .ok();
         Indexer { shared, thread: Mutex::new(thread) }
@@ -124,7 +120,8 @@ impl Indexer {
     }
 }
 
-fn run(writer: &Mutex<Connection>, mut reader: Option<Connection>, shared: &Shared) {
+fn run(writer: &Mutex<Connection>, open: impl Fn() -> Result<Connection, StoreError>, shared: &Shared) {
+    let mut reader: Option<Connection> = None;
     loop {
         {
             let mut st = lock(&shared.state);
@@ -136,7 +133,15 @@ fn run(writer: &Mutex<Connection>, mut reader: Option<Connection>, shared: &Shar
             }
             st.pending = false;
         }
+        if reader.is_none() {
+            reader = open()
+                .map_err(|e| tracing::warn!(error = %e, "the stream indexer reads this batch under the writer"))
+                .ok();
+        }
         // The batch read ahead, while pushes hold the writer; a failed read is done under it.
+        // The generation is taken before the read's snapshot begins (its first SELECT), and
+        // `wrote` counts after a commit: a write that ended before the snapshot either is in
+        // the snapshot or changed the generation since this load.
         let generation = shared.generation.load(Ordering::Acquire);
         let read = reader.as_mut().map(|c| streams::read_tail(c, streams::INDEX_BATCH, READ_AHEAD));
         let tail = match read {
@@ -144,6 +149,7 @@ fn run(writer: &Mutex<Connection>, mut reader: Option<Connection>, shared: &Shar
             Some(Ok(Some(tail))) => Some((tail, generation)),
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "reading the stream index's batch ahead failed; read under the writer");
+                reader = None; // opened again for the next batch
                 None
             }
             None => None,

@@ -96,8 +96,9 @@ pub(super) fn read_tail(conn: &mut Connection, at_least: u64, at_most: u64) -> R
         )?
         .query_map(params![indexed as i64, head as i64], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
         .collect::<Result<_, _>>()?;
-    rows.sort_unstable(); // byte order: SQLite's BINARY collation, the index's
-                          // …then one look into the index per distinct stream: new if it has none of its events.
+    // In byte order, SQLite's BINARY collation: the index's order.
+    rows.sort_unstable();
+    // …then one look into the index per distinct stream: new if it has none of its events.
     let mut known =
         tx.prepare_cached("SELECT EXISTS (SELECT 1 FROM event_streams WHERE owner_key = ?1 AND stream_id = ?2)")?;
     let mut new_streams: Vec<(i64, i64)> = Vec::new();
