@@ -31,7 +31,7 @@ stage "clippy (native)"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 stage "clippy (wasm32-unknown-unknown)"
-cargo clippy -p simplysync -p simplysync-protocol -p simplysync-json -p simplysync-crypto --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
+cargo clippy -p simplysync -p simplysync-protocol -p simplysync-json -p simplysync-crypto -p simplysync-coalesce --target wasm32-unknown-unknown --all-targets --locked -- -D warnings
 # The browser benchmarks' entry points (bench/, feature "bench") build too.
 cargo clippy -p simplysync --target wasm32-unknown-unknown --lib --locked --features bench -- -D warnings
 

@@ -8,18 +8,17 @@
 //! hold the writer, and takes the writer only to add the entries (round twenty-four: the
 //! writer held 9–17 ms a batch of 8192 instead of ~25, one-owner pushes +13–18%).
 //!
-//! That transaction commits with `synchronous = NORMAL` — written to the WAL but not fsynced:
-//! the index is derived from events already durable, a crash that loses the batch leaves the
-//! tail unindexed (and indexed again later), and the next push's FULL commit fsyncs the WAL
-//! up to and past it. FULL is restored before the connection is given back; if restoring it
-//! fails, [`Shared::relaxed`] stays set and the next writer restores it before it writes.
+//! That transaction commits like every other, with `synchronous = FULL`. (Until round
+//! twenty-four it committed with `NORMAL`, sparing one fsync a batch; through the
+//! write-coalescing VFS a commit without a sync would leave its last WAL frames held in memory
+//! while readers could already see them.)
 //!
 //! If this thread cannot start or falls behind, a push that finds [`SAFETY_NET`] unindexed
 //! events indexes them itself, so the tail (what a reader of the index indexes first, and what
 //! an account query counts) stays bounded.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
@@ -45,8 +44,6 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
-    /// The writer connection runs with `synchronous = NORMAL` (restoring FULL failed).
-    relaxed: AtomicBool,
     /// Write transactions other than pushes' that ended ([`Indexer::wrote`]): a batch read
     /// ahead across one of them may name events since deleted, and is read again.
     generation: AtomicU64,
@@ -98,15 +95,6 @@ impl Indexer {
         self.shared.wake.notify_all();
     }
 
-    /// Restores `synchronous = FULL` on `conn` (the writer, locked) if a run left it relaxed.
-    pub fn ensure_durable(&self, conn: &Connection) -> Result<(), StoreError> {
-        if self.shared.relaxed.load(Ordering::Acquire) {
-            conn.execute_batch("PRAGMA synchronous = FULL;")?;
-            self.shared.relaxed.store(false, Ordering::Release);
-        }
-        Ok(())
-    }
-
     /// Stops the thread, waiting for a run under way.
     pub fn stop(&self) {
         {
@@ -155,44 +143,30 @@ fn run(writer: &Mutex<Connection>, open: impl Fn() -> Result<Connection, StoreEr
             None => None,
         };
         let mut conn = lock(writer);
-        if let Err(e) = index_relaxed(&mut conn, tail.as_ref(), shared) {
+        if let Err(e) = index_batch(&mut conn, tail.as_ref(), shared) {
             // The tail stays; the next push past a batch signals again.
             tracing::warn!(error = %e, "background stream indexing failed; retried after the next push");
         }
     }
 }
 
-/// One batch in its own transaction, committed without an fsync of its own: `tail` as read
-/// ahead, or (`None`) the tail read under the writer.
-fn index_relaxed(
+/// One batch in its own transaction: `tail` as read ahead, or (`None`) the tail read under
+/// the writer. (No checkpoint signal: the batch's frames are copied with the next push's.)
+fn index_batch(
     conn: &mut Connection,
     tail: Option<&(streams::ReadTail, u64)>,
     shared: &Shared,
 ) -> Result<(), StoreError> {
-    shared.relaxed.store(true, Ordering::Release);
-    conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
-    let done = (|| {
-        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        match tail {
-            Some((tail, generation)) => {
-                let unchanged = shared.generation.load(Ordering::Acquire) == *generation;
-                streams::index_read_tail(&tx, tail, unchanged)?
-            }
-            None => streams::index_tail(&tx, streams::INDEX_BATCH)?,
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    match tail {
+        Some((tail, generation)) => {
+            let unchanged = shared.generation.load(Ordering::Acquire) == *generation;
+            streams::index_read_tail(&tx, tail, unchanged)?
         }
-        tx.commit()?;
-        Ok::<(), StoreError>(())
-    })();
-    // No checkpoint signal: the batch's frames are copied with the next push's.
-    match (done, conn.execute_batch("PRAGMA synchronous = FULL;")) {
-        (done, Ok(())) => {
-            shared.relaxed.store(false, Ordering::Release);
-            done
-        }
-        // The flag stays set: the next writer restores FULL before it writes.
-        (Ok(()), Err(r)) => Err(r.into()),
-        (Err(e), Err(r)) => Err(StoreError::Backend(format!("{e}; restoring synchronous = FULL failed too: {r}"))),
+        None => streams::index_tail(&tx, streams::INDEX_BATCH)?,
     }
+    tx.commit()?;
+    Ok(())
 }
 
 impl Drop for Indexer {
@@ -207,7 +181,7 @@ mod tests {
 
     use super::super::test_store::{self, Dir};
     use super::super::{lock, Quotas, SqliteStore};
-    use super::{index_relaxed, streams, Shared};
+    use super::{index_batch, streams, Shared};
     use crate::store::{MayRegister, NewEvent, RelayStore};
 
     const NOW: &str = "2026-12-03T00:00:00.000Z";
@@ -220,18 +194,11 @@ mod tests {
         lock(&s.writer).query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
     }
 
-    fn relax(s: &SqliteStore) {
-        lock(&s.writer).execute_batch("PRAGMA synchronous = NORMAL;").unwrap();
-        s.indexer.shared.relaxed.store(true, Ordering::Release);
-    }
-
     #[test]
-    fn a_background_batch_gives_the_writer_back_with_full_sync() {
+    fn a_background_batch_commits_with_full_sync_like_every_write() {
         let (_dir, s) = store("batch");
-        let shared = Shared::default();
-        index_relaxed(&mut lock(&s.writer), None, &shared).unwrap();
-        assert_eq!(synchronous(&s), 2, "FULL");
-        assert!(!shared.relaxed.load(Ordering::Acquire));
+        index_batch(&mut lock(&s.writer), None, &Shared::default()).unwrap();
+        assert_eq!(synchronous(&s), 2, "FULL: the coalescing VFS holds the frames of a commit without a sync");
     }
 
     #[test]
@@ -249,7 +216,7 @@ mod tests {
         let tail = streams::read_tail(&mut reader, 1, u64::MAX).unwrap().unwrap();
         // Deletes a's events (and a's index entries) after the batch was read.
         s.close_owner("a", "hash", NOW, None).unwrap();
-        index_relaxed(&mut lock(&s.writer), Some(&(tail, generation)), &s.indexer.shared).unwrap();
+        index_batch(&mut lock(&s.writer), Some(&(tail, generation)), &s.indexer.shared).unwrap();
         let c = lock(&s.writer);
         let entries: Vec<(i64, String, i64)> = c
             .prepare("SELECT owner_key, stream_id, seq FROM event_streams")
@@ -267,17 +234,5 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(counts, vec![("a".to_string(), 0), ("b".to_string(), 1)]);
-    }
-
-    #[test]
-    fn a_writer_left_relaxed_is_made_durable_before_it_writes() {
-        let (_dir, s) = store("relaxed");
-        let ev = NewEvent { event_id: "e1".into(), stream_id: Some("s1".into()), json: "{}".into() };
-        relax(&s);
-        s.push("owner", "hash", vec![ev], NOW, MayRegister::Yes, None).unwrap();
-        assert_eq!(synchronous(&s), 2, "a push restores FULL before its commit");
-        relax(&s);
-        s.close_owner("owner", "hash", NOW, None).unwrap();
-        assert_eq!(synchronous(&s), 2, "so does every other write");
     }
 }

@@ -80,7 +80,7 @@ pub(super) fn done() {
 /// locking mode, and `f` runs synchronously — and this connection's own writes drop the chunks.
 // Natively only its test calls it: a native database may have other connections.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
-pub(crate) fn with_chunked_wal_reads<T>(f: impl FnOnce() -> T) -> T {
+pub fn with_chunked_wal_reads<T>(f: impl FnOnce() -> T) -> T {
     struct Scope;
     impl Drop for Scope {
         fn drop(&mut self) {
@@ -212,7 +212,7 @@ mod tests {
     /// v2 over the same ids), closed the way a tab that died leaves it (no checkpoint); a copy
     /// of its two files as well.
     fn left_behind() -> (TempDb, std::path::PathBuf) {
-        super::super::install("unix", VFS, 0x1ffff).unwrap();
+        super::super::install("unix", VFS, 0x1ffff, |e| e).unwrap();
         let path = temp_db("recovery");
         let copy = path.with_file_name("copy.sqlite");
         {
