@@ -29,7 +29,7 @@
 //! the shim (BENCHMARKS.md, round twenty-four).
 //!
 //! While SQLite checkpoints a WAL it reads the WAL one frame per call; the shim serves those
-//! reads from a few large ones (`coalesce/checkpoint_reads.rs`).
+//! reads from a few large ones (`checkpoint_reads.rs`).
 //!
 //! Everything else is the underlying VFS's own: its methods, its app data, its files.
 //!
@@ -262,6 +262,22 @@ macro_rules! after_held {
     }};
 }
 
+/// For a call that gives something up — an unlock, a shared-memory unlock or unmap: it reaches
+/// the file below even when what is held cannot go down (SQLite ignores an unlock's error, so
+/// a lock kept here would be kept for good: every later checkpoint or write of every connection
+/// busy), and the held write's error is what it returns.
+macro_rules! releasing {
+    ($file:expr, $method:ident, $($arg:expr),*) => {{
+        let sent = send_held($file);
+        let (real, m, _) = parts($file);
+        let rc = match m.$method {
+            Some(f) => f(real, $($arg),*),
+            None => ffi::SQLITE_IOERR,
+        };
+        if sent != ffi::SQLITE_OK { sent } else { rc }
+    }};
+}
+
 unsafe extern "C" fn x_write(file: *mut ffi::sqlite3_file, buf: *const c_void, amt: c_int, offset: i64) -> c_int {
     count(|c| c.received += 1);
     let Ok(len) = usize::try_from(amt) else { return ffi::SQLITE_IOERR_WRITE };
@@ -338,7 +354,7 @@ unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int
 }
 
 unsafe extern "C" fn x_unlock(file: *mut ffi::sqlite3_file, level: c_int) -> c_int {
-    after_held!(file, xUnlock, level)
+    releasing!(file, xUnlock, level)
 }
 
 unsafe extern "C" fn x_check_reserved_lock(file: *mut ffi::sqlite3_file, out: *mut c_int) -> c_int {
@@ -388,7 +404,11 @@ unsafe extern "C" fn x_shm_map(
 }
 
 unsafe extern "C" fn x_shm_lock(file: *mut ffi::sqlite3_file, offset: c_int, n: c_int, flags: c_int) -> c_int {
-    after_held!(file, xShmLock, offset, n, flags)
+    if flags & ffi::SQLITE_SHM_UNLOCK != 0 {
+        releasing!(file, xShmLock, offset, n, flags)
+    } else {
+        after_held!(file, xShmLock, offset, n, flags)
+    }
 }
 
 unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
@@ -400,7 +420,7 @@ unsafe extern "C" fn x_shm_barrier(file: *mut ffi::sqlite3_file) {
 }
 
 unsafe extern "C" fn x_shm_unmap(file: *mut ffi::sqlite3_file, delete: c_int) -> c_int {
-    after_held!(file, xShmUnmap, delete)
+    releasing!(file, xShmUnmap, delete)
 }
 
 unsafe extern "C" fn x_fetch(file: *mut ffi::sqlite3_file, offset: i64, amt: c_int, out: *mut *mut c_void) -> c_int {
@@ -760,6 +780,37 @@ mod tests {
             let _ = m.xClose.unwrap()(file);
             let layout = std::alloc::Layout::from_size_align((*vfs).szOsFile as usize, 8).unwrap();
             std::alloc::dealloc(file.cast(), layout);
+        }
+    }
+
+    #[test]
+    fn a_held_write_that_fails_never_keeps_a_lock() {
+        install("unix", "coalesce-test-unlock", UNIX_CAP, |e| e).unwrap();
+        let path = temp_db("unlock");
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        unsafe {
+            // Through the shim on a read-only handle (its writes fail), a shared lock, then a
+            // held write.
+            let (vfs, file, _name) =
+                raw_open_with("coalesce-test-unlock", &path, ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_MAIN_DB);
+            let m = &*(*file).pMethods;
+            assert_eq!(m.xLock.unwrap()(file, ffi::SQLITE_LOCK_SHARED), ffi::SQLITE_OK);
+            assert_eq!(m.xWrite.unwrap()(file, b"held".as_ptr().cast(), 4, 0), ffi::SQLITE_OK);
+            assert_ne!(m.xUnlock.unwrap()(file, ffi::SQLITE_LOCK_NONE), ffi::SQLITE_OK, "the unlock reports the write");
+            // The lock is gone all the same: another handle gets the file exclusively.
+            let (plain_vfs, other, _other_name) =
+                raw_open_with("unix", &path, ffi::SQLITE_OPEN_READWRITE | ffi::SQLITE_OPEN_MAIN_DB);
+            let o = &*(*other).pMethods;
+            for level in [ffi::SQLITE_LOCK_SHARED, ffi::SQLITE_LOCK_RESERVED, ffi::SQLITE_LOCK_EXCLUSIVE] {
+                assert_eq!(o.xLock.unwrap()(other, level), ffi::SQLITE_OK, "lock level {level}");
+            }
+            assert_eq!(o.xUnlock.unwrap()(other, ffi::SQLITE_LOCK_NONE), ffi::SQLITE_OK);
+            assert_eq!(o.xClose.unwrap()(other), ffi::SQLITE_OK);
+            let _ = m.xClose.unwrap()(file);
+            for (v, f) in [(vfs, file), (plain_vfs, other)] {
+                let layout = std::alloc::Layout::from_size_align((*v).szOsFile as usize, 8).unwrap();
+                std::alloc::dealloc(f.cast(), layout);
+            }
         }
     }
 
