@@ -127,7 +127,12 @@ const PAGE_SIZE: u32 = 8192;
 const VFS: &str = "simplysync-unix-coalesced";
 
 fn open_connection(path: &Path, busy_timeout_ms: u64) -> Result<Connection, StoreError> {
-    simplysync_coalesce::install("unix", VFS, simplysync_coalesce::UNIX_HOLD, StoreError::Setup)?;
+    // Registered once per process: connections open from several threads at once.
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    INSTALLED
+        .get_or_init(|| simplysync_coalesce::install("unix", VFS, simplysync_coalesce::UNIX_HOLD, |e| e))
+        .clone()
+        .map_err(StoreError::Setup)?;
     let conn = Connection::open_with_flags_and_vfs(path, rusqlite::OpenFlags::default(), VFS)?;
     conn.busy_timeout(std::time::Duration::from_millis(busy_timeout_ms))?;
     // Before WAL mode, which writes the file's first page: only a new file takes the size.
