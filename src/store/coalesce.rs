@@ -3,7 +3,7 @@
 
 #[cfg(target_arch = "wasm32")]
 pub(crate) use simplysync_coalesce::with_chunked_wal_reads;
-pub use simplysync_coalesce::{read_counts, write_counts, ReadCounts, WriteCounts, OPFS_HOLD};
+pub use simplysync_coalesce::{read_counts, OPFS_HOLD};
 
 use super::StoreError;
 

@@ -247,8 +247,7 @@ impl SqliteStore {
         jobs: Vec<Arc<PushJob>>,
         done: &mut Vec<(Arc<PushJob>, Result<PushOutcome, StoreError>)>,
     ) -> Result<(), StoreError> {
-        let begun = Tx::begin(conn);
-        let mut tx = match begun {
+        let mut tx = match Tx::begin(conn) {
             Ok(tx) => tx,
             Err(e) => {
                 done.extend(jobs.into_iter().map(|j| (j, Err(each(&e)))));

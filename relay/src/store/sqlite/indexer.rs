@@ -217,22 +217,8 @@ mod tests {
         // Deletes a's events (and a's index entries) after the batch was read.
         s.close_owner("a", "hash", NOW, None).unwrap();
         index_batch(&mut lock(&s.writer), Some(&(tail, generation)), &s.indexer.shared).unwrap();
-        let c = lock(&s.writer);
-        let entries: Vec<(i64, String, i64)> = c
-            .prepare("SELECT owner_key, stream_id, seq FROM event_streams")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let (entries, counts, _) = streams::tests::state(&s);
         assert_eq!(entries, vec![(2, "s1".to_string(), 3)], "only b's event: none for a's deleted ones");
-        let counts: Vec<(String, i64)> = c
-            .prepare("SELECT owner_id, stream_count FROM owners ORDER BY 1")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
         assert_eq!(counts, vec![("a".to_string(), 0), ("b".to_string(), 1)]);
     }
 }

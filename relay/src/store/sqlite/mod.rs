@@ -121,7 +121,7 @@ const PAGE_SIZE: u32 = 8192;
 
 /// The VFS every connection opens the database through: SQLite's unix VFS behind the
 /// write-coalescing shim (`simplysync-coalesce`), so a commit's WAL frames go down as a few
-/// writes instead of two per frame (pushes of 1000 events 14–19% faster; BENCHMARKS.md, round
+/// writes instead of two per frame (pushes 17–25% faster; BENCHMARKS.md, round
 /// twenty-four). The shim needs every commit synced — `synchronous = FULL` on every connection,
 /// the stream indexer's batches included — or readers could see frames still held.
 const VFS: &str = "simplysync-unix-coalesced";

@@ -167,7 +167,7 @@ pub(super) fn pending_new_streams(conn: &Connection, owner_key: i64) -> Result<u
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use rusqlite::Connection;
 
     use super::super::schema::meta_u64;
@@ -196,49 +196,48 @@ mod tests {
     }
 
     /// The index's entries, each owner's stream count, and the seq the index has reached.
-    type State = (Vec<(i64, String, i64)>, Vec<(String, i64)>, u64);
+    pub(in super::super) type State = (Vec<(i64, String, i64)>, Vec<(String, i64)>, u64);
 
-    fn state(s: &SqliteStore) -> State {
+    /// The rows of `sql`, each of `columns` values.
+    fn rows<T>(c: &Connection, sql: &str, columns: impl Fn(&rusqlite::Row<'_>) -> rusqlite::Result<T>) -> Vec<T> {
+        c.prepare(sql).unwrap().query_map([], columns).unwrap().collect::<Result<_, _>>().unwrap()
+    }
+
+    fn entry(r: &rusqlite::Row<'_>) -> rusqlite::Result<(i64, String, i64)> {
+        Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    }
+
+    fn count(r: &rusqlite::Row<'_>) -> rusqlite::Result<(String, i64)> {
+        Ok((r.get(0)?, r.get(1)?))
+    }
+
+    pub(in super::super) fn state(s: &SqliteStore) -> State {
         let c = lock(&s.writer);
-        let rows = c
-            .prepare("SELECT owner_key, stream_id, seq FROM event_streams ORDER BY 1, 2, 3")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let counts = c
-            .prepare("SELECT owner_id, stream_count FROM owners ORDER BY 1")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        (rows, counts, meta_u64(&c, INDEXED_SEQ).unwrap())
+        (
+            rows(&c, "SELECT owner_key, stream_id, seq FROM event_streams ORDER BY 1, 2, 3", entry),
+            rows(&c, "SELECT owner_id, stream_count FROM owners ORDER BY 1", count),
+            meta_u64(&c, INDEXED_SEQ).unwrap(),
+        )
     }
 
     /// What a complete index holds for the events as they are: an entry per event with a
     /// stream, each open owner's distinct streams, and the head.
     fn complete(s: &SqliteStore) -> State {
         let c = lock(&s.writer);
-        let rows = c
-            .prepare("SELECT owner_key, stream_id, seq FROM events WHERE stream_id IS NOT NULL ORDER BY 1, 2, 3")
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        let counts = c
-            .prepare(
+        (
+            rows(
+                &c,
+                "SELECT owner_key, stream_id, seq FROM events WHERE stream_id IS NOT NULL ORDER BY 1, 2, 3",
+                entry,
+            ),
+            rows(
+                &c,
                 "SELECT owner_id, (SELECT count(DISTINCT stream_id) FROM events AS e WHERE e.owner_key = o.owner_key)
                  FROM owners AS o ORDER BY 1",
-            )
-            .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        (rows, counts, meta_u64(&c, "seq").unwrap())
+                count,
+            ),
+            meta_u64(&c, "seq").unwrap(),
+        )
     }
 
     fn reader(s: &SqliteStore) -> Connection {
