@@ -10,8 +10,9 @@
 //! This module does no I/O and no allocation beyond the values themselves.
 
 use std::cmp::Ordering;
-use std::collections::BTreeMap;
 use std::fmt;
+
+pub use crate::object::JsonObject;
 
 /// A JavaScript string: UTF-16 semantics, stored as WTF-8 (UTF-8 that may also encode an
 /// unpaired surrogate as a 3-byte sequence). Paired surrogates are always stored combined, so
@@ -134,16 +135,21 @@ impl fmt::Debug for JsonString {
 /// `"10" < "2"`, and U+FFFF sorts after U+10000 (whose first unit is a surrogate).
 impl Ord for JsonString {
     fn cmp(&self, other: &Self) -> Ordering {
-        // Up to their first differing byte the two strings share their code units. If either
-        // byte there is ASCII, it is a whole character on both sides (a continuation byte is
-        // never ASCII), and any non-ASCII character has a greater first code unit than an
-        // ASCII one: the bytes order as the code units do. Only two non-ASCII bytes need the
-        // code units (U+FFFF must sort after U+10000, whose UTF-8 is greater).
-        match self.0.iter().zip(&other.0).position(|(a, b)| a != b) {
-            None => self.0.len().cmp(&other.0.len()),
-            Some(i) if self.0[i] < 0x80 || other.0[i] < 0x80 => self.0[i].cmp(&other.0[i]),
-            Some(_) => self.code_units().cmp(other.code_units()),
-        }
+        cmp_wtf8(&self.0, &other.0)
+    }
+}
+
+/// [`JsonString`]'s order on the strings' WTF-8 bytes.
+pub(crate) fn cmp_wtf8(a: &[u8], b: &[u8]) -> Ordering {
+    // Up to their first differing byte the two strings share their code units. If either
+    // byte there is ASCII, it is a whole character on both sides (a continuation byte is
+    // never ASCII), and any non-ASCII character has a greater first code unit than an
+    // ASCII one: the bytes order as the code units do. Only two non-ASCII bytes need the
+    // code units (U+FFFF must sort after U+10000, whose UTF-8 is greater).
+    match a.iter().zip(b).position(|(x, y)| x != y) {
+        None => a.len().cmp(&b.len()),
+        Some(i) if a[i] < 0x80 || b[i] < 0x80 => a[i].cmp(&b[i]),
+        Some(_) => CodeUnits { bytes: a, pending_low: None }.cmp(CodeUnits { bytes: b, pending_low: None }),
     }
 }
 
@@ -228,14 +234,6 @@ impl fmt::Debug for JsonNumber {
     }
 }
 
-/// Sets member `key` of an object's map; a repeated key keeps its last value. Every crate
-/// inserts through this one function: a generic `BTreeMap::insert` is otherwise compiled anew
-/// in each crate that calls it, and the npm package carried one copy per crate.
-#[inline(never)]
-pub fn insert_member(map: &mut BTreeMap<JsonString, Json>, key: JsonString, value: Json) {
-    map.insert(key, value);
-}
-
 /// A JSON value as JavaScript sees it.
 #[derive(Clone, PartialEq)]
 pub enum Json {
@@ -250,7 +248,7 @@ pub enum Json {
     /// An array.
     Array(Vec<Json>),
     /// An object; keys unique, iterated in UTF-16 code-unit order.
-    Object(BTreeMap<JsonString, Json>),
+    Object(JsonObject),
 }
 
 impl Json {
@@ -266,21 +264,13 @@ impl Json {
 
     /// An object from `(key, value)` pairs; a repeated key keeps its last value.
     pub fn object<K: Into<JsonString>>(pairs: impl IntoIterator<Item = (K, Json)>) -> Json {
-        // Inserted one by one, not collected: `BTreeMap`'s `FromIterator` sorts a vector first,
-        // and its stable sort is instantiated anew for every iterator type (~6 KB of wasm each).
-        let mut map = BTreeMap::new();
-        for (k, v) in pairs {
-            insert_member(&mut map, k.into(), v);
-        }
-        Json::Object(map)
+        Json::Object(JsonObject::from_members(pairs.into_iter().map(|(k, v)| (k.into(), v)).collect()))
     }
 
     /// The member `key` of an object.
     pub fn get(&self, key: &str) -> Option<&Json> {
         match self {
-            // A small object (a payload, a row) is searched in place: no key is built.
-            Json::Object(map) if map.len() <= 16 => map.iter().find(|(k, _)| k.0 == key.as_bytes()).map(|(_, v)| v),
-            Json::Object(map) => map.get(&JsonString::from(key)),
+            Json::Object(map) => map.get(key),
             _ => None,
         }
     }

@@ -6,10 +6,8 @@
 //! them into `Infinity`, and nesting deeper than [`MAX_DEPTH`], so hostile input can neither
 //! smuggle a non-finite number nor exhaust the stack.
 
-use std::collections::BTreeMap;
-
 use super::decimal;
-use super::json::{Json, JsonNumber, JsonString};
+use super::json::{Json, JsonNumber, JsonObject, JsonString};
 
 /// The deepest nesting of arrays and objects the parser accepts.
 pub const MAX_DEPTH: usize = 128;
@@ -70,7 +68,7 @@ pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec
         return parse_json(text).map(|v| (v, None));
     }
     p.i += 1;
-    let (mut map, mut items) = (BTreeMap::new(), None);
+    let (mut members, mut items) = (Vec::new(), None);
     p.skip_ws();
     if p.b.get(p.i) == Some(&b'}') {
         p.i += 1;
@@ -79,13 +77,13 @@ pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec
             let k = p.member_key()?;
             if k.as_wtf8() == key.as_bytes() && p.b.get(p.i) == Some(&b'[') {
                 items = Some(p.items(1)?);
-                map.remove(&k);
+                members.retain(|(m, _): &(JsonString, Json)| *m != k);
             } else {
                 let v = p.value(1)?;
                 if k.as_wtf8() == key.as_bytes() {
                     items = None;
                 }
-                crate::json::insert_member(&mut map, k, v);
+                members.push((k, v));
             }
             p.skip_ws();
             match p.b.get(p.i) {
@@ -102,7 +100,7 @@ pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec
     if p.i != p.b.len() {
         return Err(p.err("unexpected data after the JSON value"));
     }
-    Ok((Json::Object(map), items))
+    Ok((Json::Object(JsonObject::from_members(members)), items))
 }
 
 struct Parser<'a> {
@@ -164,32 +162,7 @@ impl<'a> Parser<'a> {
                     }
                 }
             }
-            Some(b'{') => {
-                if depth >= MAX_DEPTH {
-                    return Err(self.err("nesting too deep"));
-                }
-                self.i += 1;
-                let mut map = BTreeMap::new();
-                self.skip_ws();
-                if self.b.get(self.i) == Some(&b'}') {
-                    self.i += 1;
-                    return Ok(Json::Object(map));
-                }
-                loop {
-                    let key = self.member_key()?;
-                    let v = self.value(depth + 1)?;
-                    crate::json::insert_member(&mut map, key, v);
-                    self.skip_ws();
-                    match self.b.get(self.i) {
-                        Some(b',') => self.i += 1,
-                        Some(b'}') => {
-                            self.i += 1;
-                            return Ok(Json::Object(map));
-                        }
-                        _ => return Err(self.err("expected ',' or '}'")),
-                    }
-                }
-            }
+            Some(b'{') => Ok(Json::Object(JsonObject::from_members(self.members(depth)?))),
             Some(_) => Err(self.err("unexpected character")),
         }
     }

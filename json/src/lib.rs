@@ -12,5 +12,6 @@ pub mod canonical;
 mod decimal;
 pub mod json;
 pub mod json_parse;
+mod object;
 #[doc(hidden)] // for the protocol's envelope check, not an API of this crate
 pub mod scan;

@@ -7,9 +7,7 @@
 //! takes a missing or `null` member as `None` where the member is optional, and refuses a
 //! required one that is missing or of the wrong type.
 
-use std::collections::BTreeMap;
-
-use super::json::{Json, JsonString};
+use super::json::{Json, JsonObject};
 
 /// Why a JSON value is not the expected record: the path of the member and what was wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -19,7 +17,7 @@ pub struct FieldError(pub String);
 /// The members of one JSON object; `path` names it in errors (`options`, `envelope`, …).
 #[derive(Debug, Clone, Copy)]
 pub struct Fields<'a> {
-    map: &'a BTreeMap<JsonString, Json>,
+    map: &'a JsonObject,
     path: &'a str,
 }
 
@@ -59,7 +57,7 @@ impl<'a> Fields<'a> {
 
     /// The member `key`, `None` if it is missing or `null`.
     pub fn get(&self, key: &str) -> Option<&'a Json> {
-        match self.map.iter().find(|(k, _)| k.as_wtf8() == key.as_bytes()).map(|(_, v)| v) {
+        match self.map.get(key) {
             Some(Json::Null) | None => None,
             some => some,
         }

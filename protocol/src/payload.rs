@@ -11,7 +11,7 @@
 //! not understand *before* interpreting the row.
 
 use super::hlc::Hlc;
-use super::json::{Json, JsonString};
+use super::json::Json;
 
 /// Why a decrypted payload cannot be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -126,7 +126,7 @@ impl SyncPayload {
         };
         let row_id = row_id.to_owned();
         let Json::Object(mut members) = v else { return Err(field_err("payload", "expected an object")) };
-        let row = match members.remove(&JsonString::from("row")) {
+        let row = match members.remove("row") {
             Some(Json::Object(map)) => {
                 let mut row = Vec::with_capacity(map.len());
                 for (k, val) in map {

@@ -3,7 +3,7 @@
 //! (tests hold the two to each other), without a derived deserializer per type in the package.
 
 use super::envelope::SyncEnvelope;
-use super::json::{Json, JsonString};
+use super::json::{Json, JsonObject, JsonString};
 use super::json_fields::{FieldError, Fields, FromJson};
 use super::wire::{
     AccountInfo, CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, ServerInfo, StatusResponse,
@@ -50,11 +50,7 @@ impl SyncEnvelope {
         let strings = (1..7).all(|slot| value(slot).is_some_and(|v| v.as_str().is_some()));
         let stream = matches!(value(7), None | Some(Json::Null)) || value(7).is_some_and(|v| v.as_str().is_some());
         let (Some(version), true, true) = (version, strings, stream) else {
-            let mut map = std::collections::BTreeMap::new();
-            for (k, v) in members.iter() {
-                super::json::insert_member(&mut map, k.clone(), v.clone());
-            }
-            return SyncEnvelope::from_json(&Json::Object(map), path);
+            return SyncEnvelope::from_json(&Json::Object(JsonObject::from_members(members.to_vec())), path);
         };
         let mut take = |slot: usize| match members.get_mut(at[slot]).map(|(_, v)| std::mem::replace(v, Json::Null)) {
             Some(Json::String(s)) => Some(s.into_string().unwrap_or_else(|s| s.to_string_lossy())),

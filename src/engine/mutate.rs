@@ -7,8 +7,6 @@
 //! given columns of a live row and emits the whole row; `upsert` writes the whole row
 //! (columns not given become null); `delete` soft-deletes a live row, keeping its values.
 
-use std::collections::BTreeMap;
-
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
@@ -17,7 +15,7 @@ use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
 use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
 use crate::protocol::canonical::{to_canonical_json, write_str_literal};
-use crate::protocol::json::{insert_member, JsonString};
+use crate::protocol::json::JsonObject;
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
 use crate::store::{outbox, system, StoreError};
@@ -176,10 +174,14 @@ impl WrittenRows<'_> {
 
 /// The canonical JSON plaintext of a row version (the `SyncPayload`).
 pub(crate) fn payload_json(schema_version: u32, table: &Table, row: &RowData) -> String {
-    let mut cols: BTreeMap<JsonString, Json> = BTreeMap::new();
-    for (c, v) in table.columns.iter().zip(&row.values) {
-        insert_member(&mut cols, c.name.as_str().into(), from_sql(c.column_type, v.into()));
-    }
+    let cols = JsonObject::from_members(
+        table
+            .columns
+            .iter()
+            .zip(&row.values)
+            .map(|(c, v)| (c.name.as_str().into(), from_sql(c.column_type, v.into())))
+            .collect(),
+    );
     let payload = Json::object([
         ("schemaVersion", Json::from(schema_version)),
         ("table", Json::from(table.name.as_str())),
@@ -206,7 +208,7 @@ fn row_id(table: &str, row: &Json) -> Result<String, EngineError> {
     let Json::Object(map) = row else {
         return Err(invalid(&format!("expected an object, got {}", row.type_name())));
     };
-    let id = match map.get(&JsonString::from("id")) {
+    let id = match map.get("id") {
         Some(Json::String(s)) => s.as_str().ok_or_else(|| invalid("id contains a lone surrogate"))?.to_owned(),
         Some(other) => return Err(invalid(&format!("id must be a string, got {}", other.type_name()))),
         None => return Err(invalid("missing id")),

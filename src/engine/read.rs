@@ -6,7 +6,7 @@ use super::mutate::row_json;
 use super::sorted;
 use super::values::{dynamic_from_sql, param_to_sql, to_sql};
 use super::{Engine, EngineError};
-use crate::protocol::json::{insert_member, JsonString};
+use crate::protocol::json::{JsonObject, JsonString};
 use crate::protocol::Json;
 use crate::store::rows;
 
@@ -99,12 +99,12 @@ impl Engine {
             .map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
         let mut out = Vec::new();
         while let Some(r) = rows.next().map_err(|e| EngineError::InvalidQuery(e.to_string()))? {
-            let mut obj = std::collections::BTreeMap::new();
+            let mut members = Vec::with_capacity(names.len());
             for (i, name) in names.iter().enumerate() {
                 let v = r.get_ref(i).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
-                insert_member(&mut obj, JsonString::from(name.as_str()), dynamic_from_sql(v));
+                members.push((JsonString::from(name.as_str()), dynamic_from_sql(v)));
             }
-            out.push(Json::Object(obj));
+            out.push(Json::Object(JsonObject::from_members(members)));
         }
         Ok(out)
     }

@@ -2,13 +2,11 @@
 //! (JavaScript strings are UTF-16), numbers stay doubles. Anything that is not JSON data
 //! (functions, symbols, `Date`, typed arrays, non-finite numbers) is an error naming its path.
 
-use std::collections::BTreeMap;
-
 use js_sys::{Array, JsString, Object, Reflect};
 use wasm_bindgen::{JsCast, JsValue};
 
 use crate::protocol::canonical::write_canonical_json;
-use crate::protocol::json::{insert_member, JsonString};
+use crate::protocol::json::{JsonObject, JsonString};
 use crate::protocol::json_fields::FromJson;
 use crate::protocol::json_write::ToJson;
 use crate::protocol::Json;
@@ -83,7 +81,7 @@ fn convert(v: &JsValue, path: &Path<'_>, depth: usize) -> Result<Json, String> {
         if !(proto.is_null() || Object::is(&proto, &plain)) {
             return Err(format!("{path}: only plain objects, arrays, strings, numbers, booleans and null are data"));
         }
-        let mut map = BTreeMap::new();
+        let mut members = Vec::new();
         for entry in Object::entries(obj).iter() {
             let pair: Array = entry.unchecked_into();
             let key: JsString = pair.get(0).unchecked_into();
@@ -93,9 +91,9 @@ fn convert(v: &JsValue, path: &Path<'_>, depth: usize) -> Result<Json, String> {
             }
             let k = js_string(&key);
             let child = convert(&value, &Path::Key(path, &k), depth + 1)?;
-            insert_member(&mut map, k, child);
+            members.push((k, child));
         }
-        return Ok(Json::Object(map));
+        return Ok(Json::Object(JsonObject::from_members(members)));
     }
     Err(format!("{path}: a {} is not JSON data", v.js_typeof().as_string().unwrap_or_default()))
 }

@@ -7,7 +7,6 @@ use wasm_bindgen::JsValue;
 use super::convert::to_json;
 use super::errors::{engine_error, js_error};
 use crate::engine::{Engine, Op};
-use crate::protocol::json::JsonString;
 use crate::protocol::Json;
 
 pub(crate) fn bad_arg(msg: String) -> JsValue {
@@ -37,7 +36,7 @@ pub(crate) fn parse_ops(ops: Json) -> Result<Vec<Op>, JsValue> {
     let mut parsed = Vec::with_capacity(items.len());
     for (i, item) in items.into_iter().enumerate() {
         let Json::Object(mut item) = item else { return Err(bad_arg(format!("ops[{i}] must be an object"))) };
-        let mut take = |k: &str| item.remove(&JsonString::from(k));
+        let mut take = |k: &str| item.remove(k);
         let string = |v: Option<Json>, k: &str| match v {
             Some(Json::String(s)) => s.into_string().map_err(|_| bad_arg(format!("ops[{i}].{k} must be a string"))),
             _ => Err(bad_arg(format!("ops[{i}].{k} must be a string"))),
