@@ -18,7 +18,7 @@ use crate::protocol::canonical::{to_canonical_json, write_str_literal};
 use crate::protocol::json::JsonObject;
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
-use crate::store::{outbox, system, StoreError};
+use crate::store::{outbox, purged, system, StoreError};
 
 /// Longest accepted row id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -406,21 +406,28 @@ impl Engine {
                     let hlc = hlc.as_str().ok_or_else(corrupt)?;
                     let t = self.app_table(table)?;
                     let id = row_id(table, row)?;
-                    match rows::read_row(&self.db.borrow(), t, &id)? {
+                    let now = rows::read_row(&self.db.borrow(), t, &id)?;
+                    // A later write changed it (HLC text sorts as HLCs do), or deleted it and a
+                    // purge took it out since, whose record keeps the version it had then.
+                    let later = match &now {
                         // Unchanged since: the row as it was written.
-                        Some(now) if now.updated_at == hlc => rows.push(row_json(t, &now)),
-                        // A later write changed it (HLC text sorts as HLCs do): the row as it
-                        // was written, rebuilt from the op as `stage` builds it (not shared with
-                        // `stage` through a helper: that cost the package 238 bytes it lacks).
-                        Some(now) if now.updated_at.as_str() > hlc => {
-                            let mut values = vec![Value::Null; t.columns.len()];
-                            apply_columns(t, row, &mut values)?;
-                            let written = RowData { id, updated_at: hlc.to_owned(), deleted: false, values };
-                            rows.push(row_json(t, &written));
+                        Some(now) if now.updated_at == hlc => {
+                            rows.push(row_json(t, now));
+                            continue;
                         }
-                        // This row never had that version: the id is another call's.
-                        _ => return Err(reused()),
+                        Some(now) => now.updated_at.as_str() > hlc,
+                        None => purged::purged_at(&self.db.borrow(), table, &id)?.is_some_and(|at| at.as_str() > hlc),
+                    };
+                    // Else this row never had that version: the id is another call's.
+                    if !later {
+                        return Err(reused());
                     }
+                    // The row as it was written, rebuilt from the op as `stage` builds it (not
+                    // shared with `stage` through a helper: that cost the package 238 bytes).
+                    let mut values = vec![Value::Null; t.columns.len()];
+                    apply_columns(t, row, &mut values)?;
+                    let written = RowData { id, updated_at: hlc.to_owned(), deleted: false, values };
+                    rows.push(row_json(t, &written));
                 }
                 (Op::Update { id, .. } | Op::Delete { id, .. }, r @ Json::Object(_))
                     if row_id("", &r).ok().as_ref() == Some(id) =>

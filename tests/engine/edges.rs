@@ -183,6 +183,31 @@ fn a_re_sent_bulk_insert_is_recorded_in_about_fifty_bytes_a_row_and_answers_its_
 }
 
 #[test]
+fn a_re_sent_insert_whose_row_was_deleted_and_purged_since_answers_the_row_it_wrote_and_writes_nothing() {
+    let d = Device::new(&phrase(), &[]);
+    let ops = [
+        Op::Insert { table: "todos".into(), row: todo("gone", "first") },
+        Op::Upsert { table: "todos".into(), row: todo("also-gone", "second") },
+    ];
+    let first = d.engine.transaction_once("tab:p", &ops).unwrap();
+    d.engine.delete("todos", "gone").unwrap();
+    d.engine.delete("todos", "also-gone").unwrap();
+    assert_eq!(d.engine.purge_deleted().unwrap(), 2);
+    let outbox = d.count("_sync_outbox");
+    assert_eq!(d.engine.transaction_once("tab:p", &ops).unwrap(), first);
+    assert!(d.engine.get("todos", "gone").unwrap().is_none(), "the purged row stays purged");
+    assert_eq!(d.count("_sync_outbox"), outbox, "nothing written again");
+    // A row purged before the record's version was never written by it: another call's id.
+    d.engine.insert("todos", todo("old", "x")).unwrap();
+    d.engine.delete("todos", "old").unwrap();
+    d.engine.purge_deleted().unwrap();
+    d.engine.transaction_once("tab:q", &[Op::Insert { table: "todos".into(), row: todo("q", "x") }]).unwrap();
+    let err =
+        d.engine.transaction_once("tab:q", &[Op::Insert { table: "todos".into(), row: todo("old", "x") }]).unwrap_err();
+    assert!(err.to_string().contains("used for another call"), "{err}");
+}
+
+#[test]
 fn a_request_id_reused_for_other_ops_is_refused_and_writes_nothing() {
     let d = Device::new(&phrase(), &[]);
     d.engine.insert("todos", todo("u", "x")).unwrap();
