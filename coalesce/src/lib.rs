@@ -114,10 +114,19 @@ const HEADER: usize = {
     (n + 7) & !7
 };
 
+/// The range a cap must be in: at least SQLite's smallest page, at most what a file may hold in
+/// memory before its writes go down.
+pub const CAP_RANGE: std::ops::RangeInclusive<usize> = 512..=(64 << 20);
+
 /// Registers VFS `name`, a coalescing shim over the registered VFS `real` that holds at most
-/// `cap` bytes per file (and never sends a merged write larger) — once per name.
-/// An error is `error` of its message (the caller's own error type, built where it is called).
+/// `cap` bytes per file (and never sends a merged write larger) — once per name: installing
+/// the same shim again does nothing, and a name taken by another VFS, or by a shim over
+/// another VFS or with another cap, is an error. An error is `error` of its message (the
+/// caller's own error type, built where it is called).
 pub fn install<E>(real: &str, name: &str, cap: usize, error: impl Fn(String) -> E) -> Result<(), E> {
+    if !CAP_RANGE.contains(&cap) {
+        return Err(error(format!("a cap of {cap} bytes: use {} to {} bytes", CAP_RANGE.start(), CAP_RANGE.end())));
+    }
     let real_c = CString::new(real).map_err(|_| error(format!("VFS name {real:?} contains NUL")))?;
     let name_c = CString::new(name).map_err(|_| error(format!("VFS name {name:?} contains NUL")))?;
     // SAFETY: sqlite3_vfs_find only reads the registry; the pointer it returns stays valid
@@ -126,9 +135,22 @@ pub fn install<E>(real: &str, name: &str, cap: usize, error: impl Fn(String) -> 
     if real_vfs.is_null() {
         return Err(error(format!("no VFS named {real:?} to wrap")));
     }
-    // SAFETY: as above; a shim registered earlier under this name is kept.
-    if !unsafe { ffi::sqlite3_vfs_find(name_c.as_ptr()) }.is_null() {
-        return Ok(());
+    // SAFETY: as above. A VFS whose xOpen is ours was registered by this function, so it is
+    // a ShimVfs (its first field the sqlite3_vfs); it is never unregistered.
+    let taken = unsafe { ffi::sqlite3_vfs_find(name_c.as_ptr()) };
+    if !taken.is_null() {
+        let ours = unsafe { (*taken).xOpen }.map(|f| f as usize) == Some(shim_open as *const () as usize);
+        let same = ours && {
+            let shim = unsafe { &*taken.cast::<ShimVfs>() };
+            shim.real == real_vfs && shim.cap == cap
+        };
+        return if same {
+            Ok(())
+        } else {
+            Err(error(format!(
+                "VFS {name:?} is registered already, and not as this shim over {real:?} with a cap of {cap} bytes"
+            )))
+        };
     }
     // SAFETY: real_vfs points at a registered, initialized sqlite3_vfs. The copy keeps its
     // app data and every method but xOpen, so its methods find their state as before.
@@ -821,5 +843,34 @@ mod tests {
     fn a_shim_over_a_missing_vfs_is_an_error() {
         let err = install("no-such-vfs", "coalesce-test-missing", UNIX_CAP, |e| e).unwrap_err();
         assert!(err.to_string().contains("no-such-vfs"), "{err}");
+    }
+
+    #[test]
+    fn the_same_shim_installs_twice_and_a_name_taken_otherwise_is_an_error() {
+        install("unix", "coalesce-test-twice", UNIX_CAP, |e| e).unwrap();
+        install("unix", "coalesce-test-twice", UNIX_CAP, |e| e).unwrap();
+        for (real, name, cap) in [
+            ("unix", "coalesce-test-twice", 4096),
+            ("unix-none", "coalesce-test-twice", UNIX_CAP),
+            ("unix-none", "unix", UNIX_CAP),
+        ] {
+            let err = install(real, name, cap, |e| e).unwrap_err();
+            assert!(err.contains(&format!("VFS {name:?} is registered already")), "{real} {name} {cap}: {err}");
+        }
+        // The shim still works as first installed.
+        let db = temp_db("twice");
+        let conn = open(&db, "coalesce-test-twice");
+        conn.execute_batch("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)").unwrap();
+        fill(&conn, 0, 10);
+        assert_eq!(conn.query_row("SELECT count(*) FROM t", [], |r| r.get::<_, i64>(0)).unwrap(), 10);
+    }
+
+    #[test]
+    fn a_cap_below_a_page_or_above_64_mib_is_an_error_that_names_the_range() {
+        for cap in [0, 511, (64 << 20) + 1] {
+            let err = install("unix", "coalesce-test-cap", cap, |e| e).unwrap_err();
+            assert!(err.contains(&format!("a cap of {cap} bytes: use 512 to 67108864 bytes")), "{err}");
+        }
+        install("unix", "coalesce-test-cap", 512, |e| e).unwrap();
     }
 }
