@@ -137,9 +137,18 @@ pub fn write_number(x: f64, out: &mut String) {
     }
     let x = x.abs();
     if x < 1e15 && x.fract() == 0.0 {
-        // Integers below 10^15 print as their digits; skips the shortest-digits search.
-        use std::fmt::Write as _;
-        let _ = write!(out, "{}", x as u64);
+        // Integers below 10^15 print as their digits; skips the shortest-digits search (and
+        // core::fmt's machinery: every answered row's integer columns come here).
+        let (mut n, mut digits, mut at) = (x as u64, [0u8; 15], 15);
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        out.extend(digits[at..].iter().map(|&d| char::from(d)));
         return;
     }
     write_positive(x, out);
@@ -233,6 +242,18 @@ mod tests {
         ];
         for (x, want) in cases {
             assert_eq!(format_number(*x), *want, "formatting {x:e}");
+        }
+    }
+
+    #[test]
+    fn integers_below_10_to_the_15_print_as_their_digits() {
+        let mut ints: Vec<i64> = (0..=120).chain([999_999_999_999_999, 123_456_789_012_345, 4_294_967_296]).collect();
+        for k in 1..15 {
+            ints.extend([10i64.pow(k) - 1, 10i64.pow(k), 10i64.pow(k) + 7]);
+        }
+        for i in ints {
+            assert_eq!(format_number(i as f64), i.to_string());
+            assert_eq!(format_number(-i as f64), if i == 0 { "0".into() } else { format!("-{i}") });
         }
     }
 

@@ -96,6 +96,8 @@ pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
 /// Records of whole rows only (written before that round) replay as they are.
 fn canonical_rows(rows: &[Written<'_>], record_of: Option<&[Op]>) -> String {
     let mut out = String::with_capacity(rows.len() * 160 + 2);
+    // Each table's keys as their literals (`"title":`), escaped once per call, not per row.
+    let mut keys: Vec<(&Table, Vec<String>)> = Vec::new();
     out.push('[');
     for (i, w) in rows.iter().enumerate() {
         if i > 0 {
@@ -106,12 +108,21 @@ fn canonical_rows(rows: &[Written<'_>], record_of: Option<&[Op]>) -> String {
             continue;
         }
         out.push('{');
-        for (j, (name, field)) in w.table.row_fields().iter().enumerate() {
+        let at = keys.iter().position(|(t, _)| std::ptr::eq(*t, w.table)).unwrap_or_else(|| {
+            let literal = |name: &String| {
+                let mut key = String::new();
+                write_str_literal(name, &mut key);
+                key.push(':');
+                key
+            };
+            keys.push((w.table, w.table.row_fields().iter().map(|(name, _)| literal(name)).collect()));
+            keys.len() - 1
+        });
+        for (j, ((_, field), key)) in w.table.row_fields().iter().zip(&keys[at].1).enumerate() {
             if j > 0 {
                 out.push(',');
             }
-            write_str_literal(name, &mut out);
-            out.push(':');
+            out.push_str(key);
             match *field {
                 RowField::Id => write_str_literal(&w.row.id, &mut out),
                 RowField::UpdatedAt => write_str_literal(&w.row.updated_at, &mut out),
