@@ -99,6 +99,10 @@ thread_local! {
     static COUNTS: RefCell<WriteCounts> = const { RefCell::new(WriteCounts { received: 0, sent: 0 }) };
 }
 
+/// Every shim registered, by address: a VFS found under a name is one of ours only if it is
+/// here (then it is a `ShimVfs`).
+static SHIMS: Mutex<Vec<usize>> = Mutex::new(Vec::new());
+
 /// Our method table for each underlying one (underlying → ours), built once (SQLite's
 /// registry is process-wide, so this is too). A list: there is one per VFS wrapped.
 static METHODS: Mutex<Vec<(usize, usize)>> = Mutex::new(Vec::new());
@@ -135,11 +139,13 @@ pub fn install<E>(real: &str, name: &str, cap: usize, error: impl Fn(String) -> 
     if real_vfs.is_null() {
         return Err(error(format!("no VFS named {real:?} to wrap")));
     }
-    // SAFETY: as above. A VFS whose xOpen is ours was registered by this function, so it is
-    // a ShimVfs (its first field the sqlite3_vfs); it is never unregistered.
+    let mut shims = SHIMS.lock().unwrap_or_else(|p| p.into_inner());
+    // SAFETY: as above.
     let taken = unsafe { ffi::sqlite3_vfs_find(name_c.as_ptr()) };
     if !taken.is_null() {
-        let ours = unsafe { (*taken).xOpen }.map(|f| f as usize) == Some(shim_open as *const () as usize);
+        let ours = shims.contains(&(taken as usize));
+        // SAFETY: a VFS in SHIMS was registered below as a leaked ShimVfs (its first field the
+        // sqlite3_vfs, repr(C)) and is never unregistered.
         let same = ours && {
             let shim = unsafe { &*taken.cast::<ShimVfs>() };
             shim.real == real_vfs && shim.cap == cap
@@ -166,6 +172,7 @@ pub fn install<E>(real: &str, name: &str, cap: usize, error: impl Fn(String) -> 
     if rc != ffi::SQLITE_OK {
         return Err(error(format!("cannot register VFS {name:?} (SQLite code {rc})")));
     }
+    shims.push(shim as usize);
     Ok(())
 }
 

@@ -77,7 +77,6 @@ pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec
             let k = p.member_key()?;
             if k.as_wtf8() == key.as_bytes() && p.b.get(p.i) == Some(&b'[') {
                 items = Some(p.items(1)?);
-                members.retain(|(m, _): &(JsonString, Json)| *m != k);
             } else {
                 let v = p.value(1)?;
                 if k.as_wtf8() == key.as_bytes() {
@@ -99,6 +98,11 @@ pub fn parse_listing<'a>(bytes: &'a [u8], key: &str) -> Result<(Json, Option<Vec
     p.skip_ws();
     if p.i != p.b.len() {
         return Err(p.err("unexpected data after the JSON value"));
+    }
+    // The last `key` was the array: no value of it stays among the rest. Once, after the
+    // loop — per repeat it would make a hostile text of many repeats quadratic.
+    if items.is_some() {
+        members.retain(|(m, _): &(JsonString, Json)| m.as_wtf8() != key.as_bytes());
     }
     Ok((Json::Object(JsonObject::from_members(members)), items))
 }

@@ -61,7 +61,8 @@ impl JsonObject {
         self.find(key.as_bytes()).ok().map(|i| &self.0[i].1)
     }
 
-    /// Sets member `key`, returning the value it replaces.
+    /// Sets member `key`, returning the value it replaces. Moves the members after it: for a
+    /// few members at a time, not to build a large object (use [`JsonObject::from_members`]).
     pub fn insert(&mut self, key: JsonString, value: Json) -> Option<Json> {
         match self.find(key.as_wtf8()) {
             Ok(i) => Some(std::mem::replace(&mut self.0[i].1, value)),

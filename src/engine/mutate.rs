@@ -90,7 +90,8 @@ pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
 ///
 /// With `record_of` (the ops that wrote them), the record of the answer kept for a request id
 /// instead: per op, the row's HLC for an insert or upsert — its row is read back, or rebuilt
-/// from the re-sent op once a later write changed it ([`Engine::replay_rows`]) — and the whole
+/// from the re-sent op once a later write changed it or a purge took it out
+/// ([`Engine::replay_rows`]) — and the whole
 /// row for an update or delete, whose answer also holds what the row was before. A bulk insert's record is
 /// then ~50 bytes a row, not the rows again (BENCHMARKS.md, issue 17 round twenty-three).
 /// Records of whole rows only (written before that round) replay as they are.
@@ -393,7 +394,8 @@ impl Engine {
 
     /// The answer of the first call of request `id` from its record `text` ([`canonical_rows`])
     /// and the re-sent `ops`. An insert's or upsert's row is read back while it still has the
-    /// recorded HLC; once a later write changed it, it is the op's row as it was written (its
+    /// recorded HLC; once a later write changed it — or a purge took it out since, its purge
+    /// record at that version or a later one — it is the op's row as it was written (its
     /// columns converted as then, the others null, not deleted) with the recorded HLC. A record
     /// that does not fit the ops — another count, an HLC where the op is an update or delete, a
     /// row of another id, a row that never had the recorded HLC — is refused: the request id
@@ -427,7 +429,8 @@ impl Engine {
                             continue;
                         }
                         Some(now) => now.updated_at.as_str() > hlc,
-                        None => purged::purged_at(&self.db.borrow(), table, &id)?.is_some_and(|at| at.as_str() > hlc),
+                        // (`>=`: `purgeRows` takes live rows out too, at the version they have.)
+                        None => purged::purged_at(&self.db.borrow(), table, &id)?.is_some_and(|at| at.as_str() >= hlc),
                     };
                     // Else this row never had that version: the id is another call's.
                     if !later {

@@ -197,6 +197,11 @@ fn a_re_sent_insert_whose_row_was_deleted_and_purged_since_answers_the_row_it_wr
     assert_eq!(d.engine.transaction_once("tab:p", &ops).unwrap(), first);
     assert!(d.engine.get("todos", "gone").unwrap().is_none(), "the purged row stays purged");
     assert_eq!(d.count("_sync_outbox"), outbox, "nothing written again");
+    // purgeRows takes a live row out at the version it has: the call's own.
+    let live = [Op::Insert { table: "todos".into(), row: todo("live", "third") }];
+    let first = d.engine.transaction_once("tab:live", &live).unwrap();
+    assert_eq!(d.engine.purge_rows("todos", &["live".to_owned()]).unwrap(), 1);
+    assert_eq!(d.engine.transaction_once("tab:live", &live).unwrap(), first);
     // A row purged before the record's version was never written by it: another call's id.
     d.engine.insert("todos", todo("old", "x")).unwrap();
     d.engine.delete("todos", "old").unwrap();
