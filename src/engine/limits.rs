@@ -106,7 +106,15 @@ impl Engine {
         let size_for = |plaintext: usize| {
             sealed_len(owner, &row.updated_at, &self.device_id, CREATED_AT_SAMPLE, Some(STREAM_ID_SAMPLE), plaintext)
         };
-        if size_for(payload_len_bound(table, row)) <= limit {
+        // First a bound that reads no byte of the header's strings (each byte at most six
+        // characters escaped): scanning them was ~4% of a bulk write's instructions.
+        let header = owner.len()
+            + row.updated_at.len()
+            + self.device_id.len()
+            + CREATED_AT_SAMPLE.len()
+            + STREAM_ID_SAMPLE.len();
+        let bound = |plaintext: usize| sealed_len("", "", "", "", Some(""), plaintext) + 6 * header;
+        if bound(payload_len_bound(table, row)) <= limit || size_for(payload_len_bound(table, row)) <= limit {
             return Ok(());
         }
         let size = size_for(payload_json(self.schema.version, table, row).len());
