@@ -277,7 +277,7 @@ impl Engine {
 
     /// Writes one row version and its outbox intent through `w`, with a fresh HLC issued at
     /// wall time `wall_ms` (one reading per batch: in the browser each is a call out of the wasm
-    /// module). Returns `None` (nothing written) when `mode` declines (a live row under
+    /// module). `ALREADY_EXISTS` (nothing written) when `mode` declines (a live row under
     /// `InsertOrRevive`).
     pub(crate) fn write_local(
         &self,
@@ -286,15 +286,15 @@ impl Engine {
         mut row: RowData,
         mode: WriteMode,
         wall_ms: u64,
-    ) -> Result<Option<RowData>, EngineError> {
+    ) -> Result<RowData, EngineError> {
         row.updated_at = self.clock.borrow_mut().now(wall_ms).to_text();
         self.check_event_size(table, &row)?;
         if !w.rows.write(table, &row, mode)? {
-            return Ok(None);
+            return Err(EngineError::AlreadyExists { table: table.name.clone(), id: row.id });
         }
         // The intent names the row version; sealing reads the row (no second copy is written).
         w.outbox.enqueue(&row.updated_at, &table.name, &row.id, wall_ms)?;
-        Ok(Some(row))
+        Ok(row)
     }
 
     fn stage(
@@ -333,10 +333,7 @@ impl Engine {
                 (t, current, WriteMode::Replace)
             }
         };
-        let id = row.id.clone();
-        let written = self
-            .write_local(w, table, row, mode, wall_ms)?
-            .ok_or_else(|| EngineError::AlreadyExists { table: table.name.clone(), id })?;
+        let written = self.write_local(w, table, row, mode, wall_ms)?;
         Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, Written { table, row: written }))
     }
 
