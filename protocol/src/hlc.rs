@@ -131,15 +131,20 @@ impl Hlc {
     /// The string form (the event id), as [`fmt::Display`] writes it, in one allocation of the
     /// right size (`to_string` grows its buffer several times; every local write makes one).
     pub fn to_text(&self) -> String {
-        // Pushed directly, not through `Display`: every local write formats its HLC.
-        let (mut ms, mut counter) = ([0u8; 20], [0u8; 20]);
-        let (ms, counter) = (zero_padded(&mut ms, self.ms, 15), zero_padded(&mut counter, u64::from(self.counter), 6));
-        let mut s = String::with_capacity(ms.len() + 1 + counter.len() + 1 + self.device_id.len());
-        for part in [ms, "-", counter, "-", self.device_id.as_str()] {
-            s.push_str(part);
-        }
-        s
+        hlc_text(self.ms, self.counter, &self.device_id)
     }
+}
+
+/// The string form of an HLC from its parts, pushed directly, not through `Display`: every
+/// local write formats its HLC.
+fn hlc_text(ms: u64, counter: u32, device_id: &str) -> String {
+    let (mut ms_digits, mut counter_digits) = ([0u8; 20], [0u8; 20]);
+    let (ms, counter) = (zero_padded(&mut ms_digits, ms, 15), zero_padded(&mut counter_digits, u64::from(counter), 6));
+    let mut s = String::with_capacity(ms.len() + 1 + counter.len() + 1 + device_id.len());
+    for part in [ms, "-", counter, "-", device_id] {
+        s.push_str(part);
+    }
+    s
 }
 
 impl fmt::Display for Hlc {
@@ -198,6 +203,18 @@ impl HlcClock {
 
     /// Issues a timestamp for a local event ("send").
     pub fn now(&mut self, wall_ms: u64) -> Hlc {
+        self.tick(wall_ms);
+        self.current()
+    }
+
+    /// [`HlcClock::now`] in its string form ([`Hlc::to_text`]), without an `Hlc` in between
+    /// (whose copy of the device id was an allocation per local write).
+    pub fn now_text(&mut self, wall_ms: u64) -> String {
+        self.tick(wall_ms);
+        hlc_text(self.ms, self.counter, &self.device_id)
+    }
+
+    fn tick(&mut self, wall_ms: u64) {
         let wall = wall_ms.min(HLC_MAX_MS);
         if wall > self.ms {
             self.ms = wall;
@@ -205,7 +222,6 @@ impl HlcClock {
         } else {
             self.bump();
         }
-        self.current()
     }
 
     /// Absorbs a remote timestamp ("receive"), so later local events sort after it. A remote

@@ -287,7 +287,7 @@ impl Engine {
         mode: WriteMode,
         wall_ms: u64,
     ) -> Result<RowData, EngineError> {
-        row.updated_at = self.clock.borrow_mut().now(wall_ms).to_text();
+        row.updated_at = self.clock.borrow_mut().now_text(wall_ms);
         self.check_event_size(table, &row)?;
         if !w.rows.write(table, &row, mode)? {
             return Err(EngineError::AlreadyExists { table: table.name.clone(), id: row.id });

@@ -78,6 +78,17 @@ fn a_counter_overflow_moves_to_the_next_millisecond() {
 }
 
 #[test]
+fn now_text_issues_what_now_issues_in_its_string_form() {
+    let start = Hlc { ms: T0, counter: HLC_MAX_COUNTER - 1, device_id: "devA".into() };
+    let (mut a, mut b) =
+        (HlcClock::resume("devA", Some(&start)).unwrap(), HlcClock::resume("devA", Some(&start)).unwrap());
+    for wall in [T0 - 5, T0, T0, T0 + 10, T0 + 10, T0 + 3] {
+        assert_eq!(a.now_text(wall), b.now(wall).to_text());
+    }
+    assert_eq!(a.last(), b.last());
+}
+
+#[test]
 fn observing_a_remote_time_makes_later_local_events_sort_after_it() {
     let mut c = HlcClock::new("devA").unwrap();
     let remote = Hlc { ms: T0 + 60_000, counter: 5, device_id: "devB".into() };
