@@ -796,15 +796,23 @@ mod tests {
         }
     }
 
+    /// A database file opened read-only through shim `vfs` (installed here): every write that
+    /// reaches it fails. Keep the `TempDb` until the file is closed.
+    unsafe fn read_only_through(
+        vfs: &str,
+        tag: &str,
+    ) -> (TempDb, *mut ffi::sqlite3_vfs, *mut ffi::sqlite3_file, CString) {
+        install("unix", vfs, UNIX_CAP, |e| e).unwrap();
+        let path = temp_db(tag);
+        std::fs::write(&path, vec![0u8; 8192]).unwrap();
+        let (vfs, file, name) = raw_open_with(vfs, &path, ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_MAIN_DB);
+        (path, vfs, file, name)
+    }
+
     #[test]
     fn a_held_write_that_fails_keeps_failing_every_later_call_instead_of_leaving_a_hole() {
-        install("unix", "coalesce-test-failing", UNIX_CAP, |e| e).unwrap();
-        let path = temp_db("failing");
-        std::fs::write(&path, vec![0u8; 8192]).unwrap();
         unsafe {
-            // A read-only file: every write that reaches it fails.
-            let (vfs, file, _name) =
-                raw_open_with("coalesce-test-failing", &path, ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_MAIN_DB);
+            let (_path, vfs, file, _name) = read_only_through("coalesce-test-failing", "failing");
             let m = &*(*file).pMethods;
             assert_eq!(m.xWrite.unwrap()(file, b"held".as_ptr().cast(), 4, 0), ffi::SQLITE_OK, "held, not yet sent");
             assert_ne!(
@@ -821,14 +829,10 @@ mod tests {
 
     #[test]
     fn a_held_write_that_fails_never_keeps_a_lock() {
-        install("unix", "coalesce-test-unlock", UNIX_CAP, |e| e).unwrap();
-        let path = temp_db("unlock");
-        std::fs::write(&path, vec![0u8; 8192]).unwrap();
         unsafe {
             // Through the shim on a read-only handle (its writes fail), a shared lock, then a
             // held write.
-            let (vfs, file, _name) =
-                raw_open_with("coalesce-test-unlock", &path, ffi::SQLITE_OPEN_READONLY | ffi::SQLITE_OPEN_MAIN_DB);
+            let (path, vfs, file, _name) = read_only_through("coalesce-test-unlock", "unlock");
             let m = &*(*file).pMethods;
             assert_eq!(m.xLock.unwrap()(file, ffi::SQLITE_LOCK_SHARED), ffi::SQLITE_OK);
             assert_eq!(m.xWrite.unwrap()(file, b"held".as_ptr().cast(), 4, 0), ffi::SQLITE_OK);

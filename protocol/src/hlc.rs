@@ -107,25 +107,9 @@ impl PartialOrd for Hlc {
     }
 }
 
-/// `v` in decimal with at least `width` digits (zero-padded), like `format!("{v:0width$}")`.
-pub(crate) fn zero_padded(buf: &mut [u8; 20], v: u64, width: usize) -> &str {
-    debug_assert!(width <= buf.len(), "a u64 has at most 20 digits");
-    let mut start = buf.len();
-    let mut rest = v;
-    loop {
-        start -= 1;
-        buf[start] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    while buf.len() - start < width.min(buf.len()) {
-        start -= 1;
-        buf[start] = b'0';
-    }
-    std::str::from_utf8(&buf[start..]).expect("ASCII digits")
-}
+/// `v` in decimal with at least `width` digits (zero-padded): the JSON crate's writer, shared
+/// with its integers.
+pub(crate) use simplysync_json::canonical::zero_padded;
 
 impl Hlc {
     /// The string form (the event id), as [`fmt::Display`] writes it, in one allocation of the
