@@ -71,6 +71,16 @@ impl<'c> LocalWriter<'c> {
     }
 }
 
+/// Writes `run` (rows of one table) in `mode`; `ALREADY_EXISTS` for the first one `mode` declined.
+fn write_run(w: &mut LocalWriter<'_>, run: &[Written<'_>], mode: WriteMode) -> Result<(), EngineError> {
+    let Some(first) = run.first() else { return Ok(()) };
+    let rows: Vec<&RowData> = run.iter().map(|r| &r.row).collect();
+    match w.rows.write_all(first.table, &rows, mode)? {
+        None => Ok(()),
+        Some(i) => Err(EngineError::AlreadyExists { table: first.table.name.clone(), id: run[i].row.id.clone() }),
+    }
+}
+
 /// A row as the app sees it: `{id, updatedAt, deleted, …columns}`.
 pub(crate) fn row_json(table: &Table, row: &RowData) -> Json {
     Json::object(table.row_fields().iter().map(|(name, field)| {
@@ -283,12 +293,11 @@ impl Engine {
         &self,
         w: &mut LocalWriter<'_>,
         table: &Table,
-        mut row: RowData,
+        row: RowData,
         mode: WriteMode,
         wall_ms: u64,
     ) -> Result<RowData, EngineError> {
-        row.updated_at = self.clock.borrow_mut().now_text(wall_ms);
-        self.check_event_size(table, &row)?;
+        let row = self.version(table, row, wall_ms)?;
         if !w.rows.write(table, &row, mode)? {
             return Err(EngineError::AlreadyExists { table: table.name.clone(), id: row.id });
         }
@@ -297,13 +306,16 @@ impl Engine {
         Ok(row)
     }
 
-    fn stage(
-        &self,
-        tx: &Connection,
-        w: &mut LocalWriter<'_>,
-        op: &Op,
-        wall_ms: u64,
-    ) -> Result<(RowChange, Written<'_>), EngineError> {
+    /// `row` as the next local version: a fresh HLC, and a size its event can have.
+    fn version(&self, table: &Table, mut row: RowData, wall_ms: u64) -> Result<RowData, EngineError> {
+        row.updated_at = self.clock.borrow_mut().now_text(wall_ms);
+        self.check_event_size(table, &row)?;
+        Ok(row)
+    }
+
+    /// The row version `op` writes and how, not written yet.
+    #[inline(never)]
+    fn stage(&self, tx: &Connection, op: &Op, wall_ms: u64) -> Result<(&Table, RowData, WriteMode), EngineError> {
         let (table, row, mode) = match op {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
@@ -333,22 +345,61 @@ impl Engine {
                 (t, current, WriteMode::Replace)
             }
         };
-        let written = self.write_local(w, table, row, mode, wall_ms)?;
-        Ok((RowChange { table: table.name.clone(), id: written.id.clone() }, Written { table, row: written }))
+        Ok((table, self.version(table, row, wall_ms)?, mode))
     }
 
     /// Stages every op in `tx`, in order: the changes to announce and the rows as written.
+    ///
+    /// Rows are written in runs of one table and mode (`RowWriter::write_all`, many rows a
+    /// statement), then every intent (`Enqueuer::enqueue_all`). What the ops see is as if each
+    /// were written in turn: a run is written before an op that reads a row (update, delete),
+    /// and before an op's error is returned, so an earlier op's error (an insert of a live id)
+    /// still comes first.
     fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Written<'_>>), EngineError> {
-        let mut changes = Vec::with_capacity(ops.len());
         let mut rows = Vec::with_capacity(ops.len());
         let mut w = LocalWriter::new(tx)?;
         let wall_ms = self.now();
-        for op in ops {
-            let (c, r) = self.stage(tx, &mut w, op, wall_ms)?;
-            changes.push(c);
-            rows.push(r);
-        }
+        self.stage_runs(tx, &mut w, ops, wall_ms, &mut rows)?;
+        // Every op's intent, in the order of the ops (and of their HLCs).
+        let intents: Vec<outbox::Intent<'_>> =
+            rows.iter().map(|r| (r.row.updated_at.as_str(), r.table.name.as_str(), r.row.id.as_str())).collect();
+        w.outbox.enqueue_all(&intents, wall_ms)?;
+        let changes = rows.iter().map(|r| RowChange { table: r.table.name.clone(), id: r.row.id.clone() }).collect();
         Ok((changes, rows))
+    }
+
+    /// The rows of [`Self::stage_all`], into `rows`.
+    #[inline(never)]
+    fn stage_runs<'e>(
+        &'e self,
+        tx: &Connection,
+        w: &mut LocalWriter<'_>,
+        ops: &[Op],
+        wall_ms: u64,
+        rows: &mut Vec<Written<'e>>,
+    ) -> Result<(), EngineError> {
+        // The run not written yet: `rows[from..]`, all of one table, written in `mode`.
+        let (mut from, mut mode) = (0, WriteMode::Replace);
+        for op in ops {
+            if matches!(op, Op::Update { .. } | Op::Delete { .. }) {
+                write_run(w, &rows[from..], mode)?;
+                from = rows.len();
+            }
+            let (table, row, op_mode) = match self.stage(tx, op, wall_ms) {
+                Ok(staged) => staged,
+                Err(e) => {
+                    write_run(w, &rows[from..], mode)?;
+                    return Err(e);
+                }
+            };
+            if from < rows.len() && (op_mode != mode || !std::ptr::eq(rows[from].table, table)) {
+                write_run(w, &rows[from..], mode)?;
+                from = rows.len();
+            }
+            mode = op_mode;
+            rows.push(Written { table, row });
+        }
+        write_run(w, &rows[from..], mode)
     }
 
     /// Applies `ops` atomically: all are written (rows + outbox) or, on the first error, none.

@@ -44,18 +44,50 @@ pub fn write_row(conn: &Connection, table: &Table, row: &RowData, mode: WriteMod
     RowWriter::new(conn).write(table, row, mode)
 }
 
+/// Rows written by one statement in [`RowWriter::write_all`], at most.
+const RUN: usize = 32;
+
+/// Rows written by one statement in [`RowWriter::write_all`] for `table`: [`RUN`], fewer when its
+/// rows have so many columns that their parameters would pass 999 (SQLite's smallest limit).
+fn run_len(table: &Table) -> usize {
+    (999 / (3 + table.columns.len())).clamp(1, RUN)
+}
+
+/// The write of `rows` rows of `table` in `mode` by one statement, their parameters numbered
+/// row after row in the order of the single-row statements (each `?` is the one after the last).
+fn write_sql(table: &Table, mode: WriteMode, rows: usize) -> String {
+    let mut sql = table.sql.insert_head.clone();
+    for r in 0..rows {
+        sql.push_str(if r > 0 { ", (?" } else { "(?" });
+        for _ in 0..2 + table.columns.len() {
+            sql.push_str(", ?");
+        }
+        sql.push(')');
+    }
+    sql.push_str(" ON CONFLICT (id) DO UPDATE SET ");
+    sql.push_str(&table.sql.updates);
+    sql.push_str(match mode {
+        WriteMode::Replace => "",
+        WriteMode::IfNewer => " WHERE excluded.updatedAt > updatedAt",
+        WriteMode::InsertOrRevive => " WHERE deleted = 1",
+    });
+    sql
+}
+
 /// Writes rows for a run of writes in one transaction (a batch of mutations): each (table,
 /// mode) statement is taken from rusqlite's cache once for the run instead of once per row —
 /// a cache lookup hashes the SQL text twice, ~13% of a bulk mutation's CPU in wasm
 /// (BENCHMARKS.md, issue 17 round three).
 pub struct RowWriter<'c> {
     conn: &'c Connection,
-    statements: Vec<(String, WriteMode, CachedStatement<'c>)>,
+    /// Taken statements by table, mode and rows per statement.
+    statements: Vec<(String, WriteMode, usize, CachedStatement<'c>)>,
 }
 
 impl std::fmt::Debug for RowWriter<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let taken: Vec<(&str, WriteMode)> = self.statements.iter().map(|(t, m, _)| (t.as_str(), *m)).collect();
+        let taken: Vec<(&str, WriteMode, usize)> =
+            self.statements.iter().map(|(t, m, n, _)| (t.as_str(), *m, *n)).collect();
         f.debug_struct("RowWriter").field("statements", &taken).finish()
     }
 }
@@ -66,31 +98,82 @@ impl<'c> RowWriter<'c> {
         RowWriter { conn, statements: Vec::new() }
     }
 
-    /// Writes a row; returns whether it was written.
-    pub fn write(&mut self, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
-        let at = match self.statements.iter().position(|(t, m, _)| *m == mode && *t == table.name) {
+    /// The statement writing `rows` rows of `table` in `mode`, taken once per writer.
+    fn statement(
+        &mut self,
+        table: &Table,
+        mode: WriteMode,
+        rows: usize,
+    ) -> Result<&mut CachedStatement<'c>, StoreError> {
+        let at = match self.statements.iter().position(|(t, m, n, _)| *m == mode && *n == rows && *t == table.name) {
             Some(at) => at,
             None => {
-                let sql = match mode {
-                    WriteMode::Replace => &table.sql.upsert,
-                    WriteMode::IfNewer => &table.sql.upsert_if_newer,
-                    WriteMode::InsertOrRevive => &table.sql.insert_or_revive,
-                };
-                self.statements.push((table.name.clone(), mode, self.conn.prepare_cached(sql)?));
+                let stmt = self.conn.prepare_cached(&write_sql(table, mode, rows))?;
+                self.statements.push((table.name.clone(), mode, rows, stmt));
                 self.statements.len() - 1
             }
         };
-        // A held statement keeps its bindings between rows: every row must bind every column.
-        debug_assert_eq!(row.values.len(), table.columns.len(), "a row of {} binds every column", table.name);
-        let stmt = &mut self.statements[at].2;
-        stmt.raw_bind_parameter(1, &row.id)?;
-        stmt.raw_bind_parameter(2, &row.updated_at)?;
-        stmt.raw_bind_parameter(3, i64::from(row.deleted))?;
-        for (i, v) in row.values.iter().enumerate() {
-            stmt.raw_bind_parameter(4 + i, v)?;
-        }
-        Ok(stmt.raw_execute()? > 0)
+        Ok(&mut self.statements[at].3)
     }
+
+    /// Writes a row; returns whether it was written.
+    pub fn write(&mut self, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
+        Ok(self.write_all(table, &[row], mode)?.is_none())
+    }
+
+    /// Writes `rows` of `table` in order, as [`Self::write`] each would; returns the index of the
+    /// first one that was not written, if any (the others may or may not have been: the caller
+    /// rolls back). Runs of [`run_len`] rows go in one statement each: a statement per row spent
+    /// most of its ~5,500 instructions of SQLite's on the statement's start and end and on
+    /// searching the b-tree from its root, which one statement appending in key order skips
+    /// (BENCHMARKS.md, issue 17 round twenty-six).
+    pub fn write_all(
+        &mut self,
+        table: &Table,
+        rows: &[&RowData],
+        mode: WriteMode,
+    ) -> Result<Option<usize>, StoreError> {
+        let run = run_len(table);
+        let mut done = 0;
+        while done < rows.len() {
+            let n = if rows.len() - done >= run { run } else { 1 };
+            let batch = &rows[done..done + n];
+            let stmt = self.statement(table, mode, n)?;
+            for (k, row) in batch.iter().enumerate() {
+                bind_row(stmt, k, table, row)?;
+            }
+            if stmt.raw_execute()? < n {
+                if n == 1 {
+                    return Ok(Some(done));
+                }
+                // Some row was not written: the first whose version is not in the table (each
+                // of a run has a version of its own, newer than any stored).
+                for (k, row) in batch.iter().enumerate() {
+                    let stored = read_row(self.conn, table, &row.id)?;
+                    if stored.is_none_or(|s| s.updated_at != row.updated_at) {
+                        return Ok(Some(done + k));
+                    }
+                }
+                return Err(StoreError::Corrupt("a write of many rows wrote fewer, each of them there".into()));
+            }
+            done += n;
+        }
+        Ok(None)
+    }
+}
+
+/// Binds `row` as the `k`th row of a write's parameters. A held statement keeps its bindings
+/// between runs: every row must bind every column.
+fn bind_row(stmt: &mut CachedStatement<'_>, k: usize, table: &Table, row: &RowData) -> Result<(), StoreError> {
+    debug_assert_eq!(row.values.len(), table.columns.len(), "a row of {} binds every column", table.name);
+    let first = k * (3 + table.columns.len()) + 1;
+    stmt.raw_bind_parameter(first, &row.id)?;
+    stmt.raw_bind_parameter(first + 1, &row.updated_at)?;
+    stmt.raw_bind_parameter(first + 2, i64::from(row.deleted))?;
+    for (i, v) in row.values.iter().enumerate() {
+        stmt.raw_bind_parameter(first + 3 + i, v)?;
+    }
+    Ok(())
 }
 
 /// Reads one row by id (deleted or not).

@@ -207,14 +207,12 @@ pub enum SchemaError {
 pub struct TableSql {
     /// `id, updatedAt, deleted, "col"…`
     pub select_list: String,
-    /// Insert or replace the whole row.
-    pub upsert: String,
-    /// Insert, or replace only when the new `updatedAt` is greater (last-writer-wins).
-    pub upsert_if_newer: String,
-    /// Insert, or replace only a soft-deleted row (revive); no change if a live row exists.
-    pub insert_or_revive: String,
     /// One row by id.
     pub select_by_id: String,
+    /// `INSERT INTO "t" (id, updatedAt, deleted, "col"…) VALUES ` (a write of many rows).
+    pub insert_head: String,
+    /// `updatedAt = excluded.updatedAt, …` (the update of a write's conflict clause).
+    pub updates: String,
 }
 
 impl TableSql {
@@ -227,16 +225,11 @@ impl TableSql {
             select_list.push_str(&q);
             updates.push_str(&format!(", {q} = excluded.{q}"));
         }
-        let marks: Vec<String> = (1..=3 + columns.len()).map(|i| format!("?{i}")).collect();
-        let insert = format!("INSERT INTO {} ({select_list}) VALUES ({})", quote(name), marks.join(", "));
         TableSql {
-            upsert: format!("{insert} ON CONFLICT (id) DO UPDATE SET {updates}"),
-            upsert_if_newer: format!(
-                "{insert} ON CONFLICT (id) DO UPDATE SET {updates} WHERE excluded.updatedAt > updatedAt"
-            ),
-            insert_or_revive: format!("{insert} ON CONFLICT (id) DO UPDATE SET {updates} WHERE deleted = 1"),
+            insert_head: format!("INSERT INTO {} ({select_list}) VALUES ", quote(name)),
             select_by_id: format!("SELECT {select_list} FROM {} WHERE id = ?1", quote(name)),
             select_list,
+            updates,
         }
     }
 }

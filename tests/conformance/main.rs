@@ -11,6 +11,7 @@ pub(crate) use wasm_bindgen_test::wasm_bindgen_test as test;
 #[cfg(not(target_arch = "wasm32"))]
 pub(crate) use tokio::test;
 
+mod bulk_writes;
 mod device;
 mod local_api;
 #[cfg(not(target_arch = "wasm32"))]

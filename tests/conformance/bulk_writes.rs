@@ -1,0 +1,242 @@
+//! Transactions of many ops, whose rows the engine writes in runs of one table and mode, many
+//! rows a statement, and whose intents it writes after them: every op still behaves as if it
+//! were written on its own, in order — the same rows, the same intents, the same first error.
+
+use crate::device::{device, open_named, todo, unique_name, Device, KEY};
+use crate::test;
+use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
+use simplysync::engine::{EngineError, Op};
+use simplysync::protocol::{parse_json, Json};
+
+fn id(i: usize) -> String {
+    format!("r-{i:04}")
+}
+
+fn inserts(range: std::ops::Range<usize>) -> Vec<Op> {
+    range.map(|i| Op::Insert { table: "todos".into(), row: todo(&id(i), &format!("title {i}")) }).collect()
+}
+
+fn count(d: &Device, sql: &str) -> f64 {
+    d.engine.query(sql, &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
+}
+
+fn rows(d: &Device) -> f64 {
+    count(d, "SELECT count(*) AS n FROM todos")
+}
+
+fn intents(d: &Device) -> f64 {
+    count(d, "SELECT count(*) AS n FROM _sync_outbox")
+}
+
+/// `(event_id, table_name, row_id)` of every intent, in event id order.
+fn intent_list(d: &Device) -> Vec<(String, String, String)> {
+    let text = |r: &Json, k: &str| r.get(k).unwrap().as_str().unwrap().to_owned();
+    d.engine
+        .query("SELECT event_id, table_name, row_id FROM _sync_outbox ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| (text(r, "event_id"), text(r, "table_name"), text(r, "row_id")))
+        .collect()
+}
+
+fn already_exists_id(result: Result<Vec<Json>, EngineError>) -> String {
+    match result {
+        Err(EngineError::AlreadyExists { id, .. }) => id,
+        other => panic!("expected ALREADY_EXISTS, got {other:?}"),
+    }
+}
+
+#[test]
+async fn a_bulk_insert_writes_every_row_and_one_intent_each_in_the_order_of_the_ops() {
+    let d = device().await;
+    // Three runs of 32 rows a statement and four rows one by one.
+    let written = d.engine.transaction(&inserts(0..100)).unwrap();
+    assert_eq!(written.len(), 100);
+    assert_eq!(rows(&d), 100.0);
+    let list = intent_list(&d);
+    assert_eq!(list.len(), 100);
+    for (i, ((event_id, table, row_id), row)) in list.iter().zip(&written).enumerate() {
+        assert_eq!(row_id, &id(i), "intents are in the order of the ops");
+        assert_eq!(table, "todos");
+        assert_eq!(Some(event_id.as_str()), row.get("updatedAt").unwrap().as_str(), "each names its row's version");
+        let stored = d.engine.get("todos", &id(i)).unwrap().unwrap();
+        assert_eq!(&stored, row, "row {i} is stored as answered");
+        assert_eq!(stored.get("title").unwrap().as_str(), Some(format!("title {i}").as_str()));
+    }
+}
+
+#[test]
+async fn an_insert_of_a_live_id_inside_a_run_is_already_exists_for_that_id_and_writes_nothing() {
+    let d = device().await;
+    d.engine.insert("todos", todo(&id(40), "there before")).unwrap();
+    let before = intents(&d);
+    // Op 40 is inside the second run of 32; rows after it in its run are written by the same
+    // statement, and ops after the run still come.
+    assert_eq!(already_exists_id(d.engine.transaction(&inserts(0..100))), id(40));
+    assert_eq!(rows(&d), 1.0, "nothing of the transaction is written");
+    assert_eq!(intents(&d), before);
+    assert_eq!(d.engine.get("todos", &id(40)).unwrap().unwrap().get("title").unwrap().as_str(), Some("there before"));
+}
+
+#[test]
+async fn the_same_id_inserted_twice_in_one_run_is_already_exists_for_the_second() {
+    let d = device().await;
+    let mut ops = inserts(0..40);
+    ops[10] = Op::Insert { table: "todos".into(), row: todo(&id(3), "again") };
+    assert_eq!(already_exists_id(d.engine.transaction(&ops)), id(3));
+    assert_eq!(rows(&d), 0.0);
+    assert_eq!(intents(&d), 0.0);
+}
+
+#[test]
+async fn of_two_bad_ops_in_one_run_the_first_one_s_error_is_the_answer() {
+    let d = device().await;
+    d.engine.insert("todos", todo(&id(5), "live")).unwrap();
+    d.engine.insert("todos", todo(&id(20), "live")).unwrap();
+    let unknown_column = |i: usize| Op::Insert {
+        table: "todos".into(),
+        row: parse_json(&format!(r#"{{"id":"{}","colour":"red"}}"#, id(i))).unwrap(),
+    };
+    // A live id at op 5, an unknown column at op 20: the insert of the live id fails first.
+    let mut ops = inserts(0..30);
+    ops[20] = unknown_column(20);
+    assert_eq!(already_exists_id(d.engine.transaction(&ops)), id(5));
+    // The other way round: the unknown column at op 5 is the answer.
+    let mut ops = inserts(0..30);
+    ops[5] = unknown_column(5);
+    assert_eq!(d.engine.transaction(&ops).unwrap_err().code(), "UNKNOWN_COLUMN");
+    assert_eq!(rows(&d), 2.0);
+}
+
+#[test]
+async fn a_bulk_of_inserts_revives_soft_deleted_rows_and_a_bulk_of_upserts_replaces_live_ones() {
+    let d = device().await;
+    d.engine.transaction(&inserts(0..70)).unwrap();
+    let deletes: Vec<Op> = (0..70).map(|i| Op::Delete { table: "todos".into(), id: id(i) }).collect();
+    d.engine.transaction(&deletes).unwrap();
+    assert!(d.engine.get("todos", &id(69)).unwrap().is_none());
+    let revive: Vec<Op> =
+        (0..70).map(|i| Op::Insert { table: "todos".into(), row: todo(&id(i), &format!("back {i}")) }).collect();
+    d.engine.transaction(&revive).unwrap();
+    let upserts: Vec<Op> = (0..70)
+        .map(|i| Op::Upsert {
+            table: "todos".into(),
+            row: parse_json(&format!(r#"{{"id":"{}","position":{i}}}"#, id(i))).unwrap(),
+        })
+        .collect();
+    d.engine.transaction(&upserts).unwrap();
+    for i in [0, 31, 32, 69] {
+        let row = d.engine.get("todos", &id(i)).unwrap().unwrap();
+        assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
+        assert_eq!(row.get("position").unwrap().as_f64(), Some(i as f64), "upserted");
+        assert_eq!(row.get("title"), Some(&Json::Null), "an upsert writes the whole row");
+    }
+    assert_eq!(intents(&d), 280.0, "one intent per op of the four transactions");
+}
+
+#[test]
+async fn an_update_or_delete_after_inserts_in_one_transaction_sees_the_rows_not_yet_written() {
+    let d = device().await;
+    let mut ops = inserts(0..40);
+    // r-0039 and r-0033 are in the second run, not written by a statement of 32 yet.
+    ops.push(Op::Update { table: "todos".into(), id: id(39), patch: parse_json(r#"{"done":true}"#).unwrap() });
+    ops.push(Op::Delete { table: "todos".into(), id: id(33) });
+    ops.extend(inserts(40..80));
+    let written = d.engine.transaction(&ops).unwrap();
+    assert_eq!(written.len(), 82);
+    let row = d.engine.get("todos", &id(39)).unwrap().unwrap();
+    assert_eq!(row.get("done").unwrap().as_bool(), Some(true));
+    assert_eq!(row.get("title").unwrap().as_str(), Some("title 39"), "the update patched the inserted row");
+    assert!(d.engine.get("todos", &id(33)).unwrap().is_none());
+    assert_eq!(rows(&d), 80.0);
+    assert_eq!(intents(&d), 82.0);
+}
+
+/// Three tables: one narrow, one wide enough that a statement holds only two of its rows, and
+/// one so wide that 32 of its rows would pass SQLite's limit of 32,766 parameters.
+fn three_tables() -> SchemaDef {
+    let columns = |n: usize| (0..n).map(|c| ColumnDef::new(&format!("c{c}"), ColumnType::Integer)).collect();
+    SchemaDef {
+        schema_version: 1,
+        tables: vec![
+            TableDef { name: "notes".into(), columns: vec![ColumnDef::new("text", ColumnType::Text)] },
+            TableDef { name: "wide".into(), columns: columns(400) },
+            TableDef { name: "widest".into(), columns: columns(1100) },
+        ],
+    }
+}
+
+/// An insert into `table` of row `i` whose `columns` integer columns hold `i * 10,000 + c`.
+fn wide_row(table: &str, columns: usize, i: usize) -> Op {
+    let cols: Vec<String> = (0..columns).map(|c| format!(r#""c{c}":{}"#, i * 10_000 + c)).collect();
+    Op::Insert { table: table.into(), row: parse_json(&format!(r#"{{"id":"{}",{}}}"#, id(i), cols.join(","))).unwrap() }
+}
+
+#[test]
+async fn runs_follow_the_ops_across_tables_and_a_wide_table_s_rows_are_written_whole() {
+    let d = open_named(KEY, &unique_name("runs"), three_tables(), vec![]).await.unwrap();
+    let note = |i: usize| Op::Insert {
+        table: "notes".into(),
+        row: parse_json(&format!(r#"{{"id":"{}","text":"note {i}"}}"#, id(i))).unwrap(),
+    };
+    let wide = |i: usize| wide_row("wide", 400, i);
+    // Notes and wide rows in turns of uneven length, and 33 of the widest.
+    let mut ops = Vec::new();
+    for i in 0..45 {
+        ops.push(note(i));
+    }
+    for i in 0..5 {
+        ops.push(wide(i));
+    }
+    ops.push(note(45));
+    for i in 5..8 {
+        ops.push(wide(i));
+    }
+    for i in 0..33 {
+        ops.push(wide_row("widest", 1100, i));
+    }
+    d.engine.transaction(&ops).unwrap();
+    let n = |table: &str| count(&d, &format!("SELECT count(*) AS n FROM {table}"));
+    assert_eq!((n("notes"), n("wide"), n("widest")), (46.0, 8.0, 33.0));
+    for (table, columns, rows) in [("wide", 400, 8), ("widest", 1100, 33)] {
+        for i in 0..rows {
+            let row = d.engine.get(table, &id(i)).unwrap().unwrap();
+            for c in [0, 1, columns - 1] {
+                let value = row.get(&format!("c{c}")).unwrap().as_f64();
+                assert_eq!(value, Some((i * 10_000 + c) as f64), "{table} row {i} c{c}");
+            }
+        }
+    }
+    let tables: Vec<String> = intent_list(&d).into_iter().map(|(_, table, _)| table).collect();
+    let expected: Vec<&str> = ops
+        .iter()
+        .map(|op| match op {
+            Op::Insert { table, .. } => table.as_str(),
+            _ => unreachable!("inserts only"),
+        })
+        .collect();
+    assert_eq!(tables, expected, "one intent per op, in the order of the ops");
+    // A live wide row inside a statement of two.
+    let mut again: Vec<Op> = (10..13).map(wide).collect();
+    again.insert(1, wide(6));
+    assert_eq!(already_exists_id(d.engine.transaction(&again)), id(6));
+    assert_eq!(n("wide"), 8.0);
+}
+
+#[test]
+async fn inserts_and_upserts_in_turns_each_keep_their_own_rule() {
+    let d = device().await;
+    let upsert = |i: usize, title: &str| Op::Upsert { table: "todos".into(), row: todo(&id(i), title) };
+    // Upserts replace rows the same transaction inserted just before.
+    let mut ops = inserts(0..40);
+    ops.extend((0..5).map(|i| upsert(i, "replaced")));
+    ops.extend(inserts(40..45));
+    d.engine.transaction(&ops).unwrap();
+    assert_eq!(d.engine.get("todos", &id(4)).unwrap().unwrap().get("title").unwrap().as_str(), Some("replaced"));
+    assert_eq!(rows(&d), 45.0);
+    // An insert right after upserts still refuses a live id.
+    let mut ops: Vec<Op> = (45..80).map(|i| upsert(i, "new")).collect();
+    ops.push(Op::Insert { table: "todos".into(), row: todo(&id(50), "again") });
+    assert_eq!(already_exists_id(d.engine.transaction(&ops)), id(50));
+    assert_eq!(rows(&d), 45.0);
+}
