@@ -53,10 +53,17 @@ fn run_len(table: &Table) -> usize {
     (999 / (3 + table.columns.len())).clamp(1, RUN)
 }
 
-/// The write of `rows` rows of `table` in `mode` by one statement, their parameters numbered
-/// row after row in the order of the single-row statements (each `?` is the one after the last).
+/// The write of `rows` rows of `table`, their parameters numbered row after row (each `?` is the
+/// one after the last): one row in `mode`, or many as a plain insert `OR FAIL` — which stops at
+/// the first id already there, keeping the rows before it, for [`RowWriter::write_all`] to go on
+/// row by row. (An upsert of many rows would need a statement journal, SQLite's copy of every
+/// page it changes, to undo it if an update it makes failed halfway: with ids in no order, most
+/// rows change a page of their own, and the many-row upsert cost more than one statement a row.)
 fn write_sql(table: &Table, mode: WriteMode, rows: usize) -> String {
     let mut sql = table.sql.insert_head.clone();
+    if rows > 1 {
+        sql.insert_str("INSERT".len(), " OR FAIL");
+    }
     for r in 0..rows {
         sql.push_str(if r > 0 { ", (?" } else { "(?" });
         for _ in 0..2 + table.columns.len() {
@@ -64,14 +71,22 @@ fn write_sql(table: &Table, mode: WriteMode, rows: usize) -> String {
         }
         sql.push(')');
     }
-    sql.push_str(" ON CONFLICT (id) DO UPDATE SET ");
-    sql.push_str(&table.sql.updates);
-    sql.push_str(match mode {
-        WriteMode::Replace => "",
-        WriteMode::IfNewer => " WHERE excluded.updatedAt > updatedAt",
-        WriteMode::InsertOrRevive => " WHERE deleted = 1",
-    });
+    if rows == 1 {
+        sql.push_str(" ON CONFLICT (id) DO UPDATE SET ");
+        sql.push_str(&table.sql.updates);
+        sql.push_str(match mode {
+            WriteMode::Replace => "",
+            WriteMode::IfNewer => " WHERE excluded.updatedAt > updatedAt",
+            WriteMode::InsertOrRevive => " WHERE deleted = 1",
+        });
+    }
     sql
+}
+
+/// Whether `e` is the refusal of an id already in the table.
+fn is_taken_id(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
 /// Writes rows for a run of writes in one transaction (a batch of mutations): each (table,
@@ -142,19 +157,32 @@ impl<'c> RowWriter<'c> {
             for (k, row) in batch.iter().enumerate() {
                 bind_row(stmt, k, table, row)?;
             }
-            if stmt.raw_execute()? < n {
-                if n == 1 {
-                    return Ok(Some(done));
-                }
-                // Some row was not written: the first whose version is not in the table (each
-                // of a run has a version of its own, newer than any stored).
-                for (k, row) in batch.iter().enumerate() {
-                    let stored = read_row(self.conn, table, &row.id)?;
-                    if stored.is_none_or(|s| s.updated_at != row.updated_at) {
-                        return Ok(Some(done + k));
+            let mut next = match stmt.raw_execute() {
+                Ok(written) if written == n => n,
+                Ok(_) => return Ok(Some(done)),
+                // A run stopped at an id already there (a row it wrote before, or one in the
+                // table): the rows before it are written. Each row of the run has a version of its
+                // own, newer than any stored, so it is the first whose version is not stored.
+                Err(e) if n > 1 && is_taken_id(&e) => {
+                    let mut at = 0;
+                    while at < n
+                        && read_row(self.conn, table, &batch[at].id)?
+                            .is_some_and(|s| s.updated_at == batch[at].updated_at)
+                    {
+                        at += 1;
                     }
+                    at
                 }
-                return Err(StoreError::Corrupt("a write of many rows wrote fewer, each of them there".into()));
+                Err(e) => return Err(e.into()),
+            };
+            // From there on, the run row by row in `mode`.
+            while next < n {
+                let stmt = self.statement(table, mode, 1)?;
+                bind_row(stmt, 0, table, batch[next])?;
+                if stmt.raw_execute()? == 0 {
+                    return Ok(Some(done + next));
+                }
+                next += 1;
             }
             done += n;
         }

@@ -109,6 +109,33 @@ async fn of_two_bad_ops_in_one_run_the_first_one_s_error_is_the_answer() {
 }
 
 #[test]
+async fn soft_deleted_rows_amid_new_ones_are_revived_and_every_row_after_them_written() {
+    let d = device().await;
+    // Rows 10 and 50 were written and deleted: a run of new ids meets them halfway.
+    d.engine.transaction(&inserts(10..11)).unwrap();
+    d.engine.transaction(&inserts(50..51)).unwrap();
+    d.engine.delete("todos", &id(10)).unwrap();
+    d.engine.delete("todos", &id(50)).unwrap();
+    let upsert = |i: usize| Op::Upsert { table: "todos".into(), row: todo(&id(i), "upserted") };
+    d.engine.transaction(&inserts(0..70)).unwrap();
+    assert_eq!(count(&d, "SELECT count(*) AS n FROM todos WHERE deleted = 0"), 70.0);
+    for i in [9, 10, 11, 31, 32, 50, 51, 69] {
+        let row = d.engine.get("todos", &id(i)).unwrap().unwrap();
+        assert_eq!(row.get("title").unwrap().as_str(), Some(format!("title {i}").as_str()), "row {i}");
+    }
+    // Upserts of ids there and not there, the ones there amid the others.
+    let mut ops: Vec<Op> = (100..140).map(upsert).collect();
+    ops[7] = upsert(20);
+    ops[38] = upsert(60);
+    d.engine.transaction(&ops).unwrap();
+    assert_eq!(rows(&d), 108.0);
+    for i in [20, 60, 100, 106, 108, 139] {
+        assert_eq!(d.engine.get("todos", &id(i)).unwrap().unwrap().get("title").unwrap().as_str(), Some("upserted"));
+    }
+    assert_eq!(d.engine.get("todos", &id(21)).unwrap().unwrap().get("title").unwrap().as_str(), Some("title 21"));
+}
+
+#[test]
 async fn a_bulk_of_inserts_revives_soft_deleted_rows_and_a_bulk_of_upserts_replaces_live_ones() {
     let d = device().await;
     d.engine.transaction(&inserts(0..70)).unwrap();
