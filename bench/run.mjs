@@ -292,6 +292,12 @@ if (r.localWrite) {
   row('bulk: 10,000 engine mutations in one transaction, rows/s', spread(engRate), `ratio engine/raw ${fmt(median(engRate.map((e, i) => e / rawRate[i])), 2)}`);
   const apiRate = r.bulk.map((x) => (10000 / x.apiMs) * 1000);
   row('bulk: the same through the package\'s path (JS ops in, request id, JS rows out), rows/s', spread(apiRate), `ratio api/raw ${fmt(median(apiRate.map((e, i) => e / rawRate[i])), 2)}`);
+  if (r.bulk[0].apiScatteredMs !== undefined) {
+    const rawS = r.bulk.map((x) => (10000 / x.rawScatteredMs) * 1000);
+    const apiS = r.bulk.map((x) => (10000 / x.apiScatteredMs) * 1000);
+    row('bulk with ids in no order (random UUIDs): 10,000 bare INSERTs / the package\'s path, rows/s', `${spread(rawS)} / ${spread(apiS)}`,
+      `ratio api/raw ${fmt(median(apiS.map((e, i) => e / rawS[i])), 2)}`);
+  }
   if (r.bulk[0].apiSteps) {
     const step = (k) => fmt(median(r.bulk.map((x) => x.apiSteps[k])), 1);
     row('bulk through the package\'s path, by step: ops to JSON text (JS) · parse into ops · write (rows, intents, request record, commit) · answer text + JSON.parse · flush, ms',

@@ -122,8 +122,13 @@ fn js_op(row: &Json) -> JsValue {
 }
 
 fn todo(i: u32) -> Json {
+    todo_as(format!("row-{i:08}"), i)
+}
+
+/// Row `i` under `id`.
+fn todo_as(id: String, i: u32) -> Json {
     Json::object([
-        ("id", Json::from(format!("row-{i:08}"))),
+        ("id", Json::from(id)),
         ("title", Json::from(format!("todo number {i} with a realistic title"))),
         ("done", Json::Bool(i % 3 == 0)),
         ("position", Json::from(i)),
@@ -235,30 +240,42 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
     })))
 }
 
-/// `n` rows in one transaction: bare prepared INSERTs vs engine mutations vs the package's path
-/// (`plain_json`: the package's `plainJson`, as its worker uses it). Durations in ms.
-#[wasm_bindgen(js_name = benchBulk)]
-pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<JsValue, JsValue> {
-    let storage = Storage::from_js(&pages)?;
-    let (mut raw, raw_name) = storage.open("raw-bulk").await?;
+/// Row `i`'s id in no order, shaped as `crypto.randomUUID()` makes ids (a fixed mix of `i`, so
+/// runs and builds compare).
+fn scattered_id(i: u32) -> String {
+    let mut x = u64::from(i).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    x ^= x >> 31;
+    let y = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
+    format!("{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}", x >> 32, (x >> 16) & 0xffff, x & 0xfff, y >> 52, y & 0xffff_ffff_ffff)
+}
+
+/// `n` bare prepared INSERTs of rows `id(i)` in one transaction on a database of its own, made
+/// durable: ms.
+async fn raw_bulk(storage: &Storage, name: &str, n: u32, id: fn(u32) -> String) -> Result<f64, JsValue> {
+    let (mut raw, raw_name) = storage.open(name).await?;
     raw.execute_batch(RAW_TABLE).map_err(js_err)?;
     let t0 = now();
     let tx = raw.transaction().map_err(js_err)?;
     {
         let mut stmt = tx.prepare(RAW_INSERT).map_err(js_err)?;
         for i in 0..n {
-            stmt.execute(params![
-                format!("row-{i:08}"),
-                format!("todo number {i} with a realistic title"),
-                i % 3 == 0,
-                i
-            ])
-            .map_err(js_err)?;
+            stmt.execute(params![id(i), format!("todo number {i} with a realistic title"), i % 3 == 0, i])
+                .map_err(js_err)?;
         }
     }
     tx.commit().map_err(js_err)?;
     storage.durable(&raw_name).await?;
-    let raw_ms = now() - t0;
+    Ok(now() - t0)
+}
+
+/// `n` rows in one transaction: bare prepared INSERTs vs engine mutations vs the package's path
+/// (`plain_json`: the package's `plainJson`, as its worker uses it). Durations in ms.
+#[wasm_bindgen(js_name = benchBulk)]
+pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<JsValue, JsValue> {
+    let storage = Storage::from_js(&pages)?;
+    let raw_ms = raw_bulk(&storage, "raw-bulk", n, |i| format!("row-{i:08}")).await?;
     let (e, name) = storage.engine(KEY, vec![], "engine-bulk").await?;
     let ops: Vec<Op> = (0..n).map(|i| Op::Insert { table: "todos".into(), row: todo(i) }).collect();
     let t0 = now();
@@ -280,6 +297,19 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     let api_ms = now() - t0;
     if Array::from(&rows).length() != n {
         return Err(js_err("the API answered with a different number of rows"));
+    }
+    // The same with ids in no order (random UUIDs, as many apps make them): the floor, and the
+    // package's path. Each row then lands on a page of its own in the table's b-tree.
+    let raw_scattered_ms = raw_bulk(&storage, "raw-bulk-scattered", n, scattered_id).await?;
+    let (scattered, name) = storage.engine(KEY, vec![], "api-bulk-scattered").await?;
+    let js_ops_scattered: Array = (0..n).map(|i| js_op(&todo_as(scattered_id(i), i))).collect();
+    let t0 = now();
+    let text = ops_text(&plain_json, &js_ops_scattered)?;
+    let rows = super::writes::transaction(&scattered, &js_ops_scattered, text.as_deref(), Some("bench-request"))?;
+    storage.durable(&name).await?;
+    let api_scattered_ms = now() - t0;
+    if Array::from(&rows).length() != n {
+        return Err(js_err("the API answered with a different number of rows (ids in no order)"));
     }
     // The same path again on a database of its own, split into its steps (ms): the ops' JSON
     // text in JavaScript, its parse into ops, the write (rows, intents, the request's record,
@@ -336,6 +366,7 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     }
     Ok(serde_to_js(&serde_json::json!({
         "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "apiSteps": api_steps, "sealMs": seal_ms, "sealed": sealed,
+        "rawScatteredMs": raw_scattered_ms, "apiScatteredMs": api_scattered_ms,
         "listMs": list_ms, "listByValueMs": by_value_ms, "listByTextMs": by_text_ms,
         "eventByValueMs": event_by_value_ms, "eventByTextMs": event_by_text_ms,
     })))
