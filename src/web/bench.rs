@@ -248,7 +248,14 @@ fn scattered_id(i: u32) -> String {
     x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     x ^= x >> 31;
     let y = x.wrapping_mul(0x2545_F491_4F6C_DD1D);
-    format!("{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}", x >> 32, (x >> 16) & 0xffff, x & 0xfff, y >> 52, y & 0xffff_ffff_ffff)
+    format!(
+        "{:08x}-{:04x}-4{:03x}-a{:03x}-{:012x}",
+        x >> 32,
+        (x >> 16) & 0xffff,
+        x & 0xfff,
+        y >> 52,
+        y & 0xffff_ffff_ffff
+    )
 }
 
 /// `n` bare prepared INSERTs of rows `id(i)` in one transaction on a database of its own, made
