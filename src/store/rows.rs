@@ -48,7 +48,8 @@ pub fn write_row(conn: &Connection, table: &Table, row: &RowData, mode: WriteMod
 const RUN: usize = 32;
 
 /// Rows written by one statement in [`RowWriter::write_all`] for `table`: [`RUN`], fewer when its
-/// rows have so many columns that their parameters would pass 999 (SQLite's smallest limit).
+/// rows have so many columns that their parameters would pass 999 (the limit of SQLite before
+/// 3.32; ours allows 32,766): one a statement past 332 columns.
 fn run_len(table: &Table) -> usize {
     (999 / (3 + table.columns.len())).clamp(1, RUN)
 }
@@ -90,7 +91,7 @@ fn is_taken_id(e: &rusqlite::Error) -> bool {
 }
 
 /// Writes rows for a run of writes in one transaction (a batch of mutations): each (table,
-/// mode) statement is taken from rusqlite's cache once for the run instead of once per row —
+/// mode, rows) statement is taken from rusqlite's cache once for the run instead of once per row —
 /// a cache lookup hashes the SQL text twice, ~13% of a bulk mutation's CPU in wasm
 /// (BENCHMARKS.md, issue 17 round three).
 pub struct RowWriter<'c> {
@@ -120,6 +121,8 @@ impl<'c> RowWriter<'c> {
         mode: WriteMode,
         rows: usize,
     ) -> Result<&mut CachedStatement<'c>, StoreError> {
+        // The many-row statement is one for every mode (a plain insert).
+        let mode = if rows > 1 { WriteMode::Replace } else { mode };
         let at = match self.statements.iter().position(|(t, m, n, _)| *m == mode && *n == rows && *t == table.name) {
             Some(at) => at,
             None => {
@@ -136,55 +139,47 @@ impl<'c> RowWriter<'c> {
         Ok(self.write_all(table, &[row], mode)?.is_none())
     }
 
-    /// Writes `rows` of `table` in order, as [`Self::write`] each would; returns the index of the
-    /// first one that was not written, if any (the others may or may not have been: the caller
-    /// rolls back). Runs of [`run_len`] rows go in one statement each: a statement per row spent
-    /// most of its ~5,500 instructions of SQLite's on the statement's start and end and on
-    /// searching the b-tree from its root, which one statement appending in key order skips
-    /// (BENCHMARKS.md, issue 17 round twenty-six).
-    pub fn write_all(
+    /// Writes `rows` of `table` in order, as [`Self::write`] each would, for rows of fresh local
+    /// versions (each newer than any stored, so a row is not written only when `mode` declines
+    /// it): returns the index of the first one declined, if any (the rows after it may or may not
+    /// have been written: the caller rolls back). Runs of [`run_len`] rows go in one plain
+    /// `INSERT OR FAIL` each ([`write_sql`]): a statement per row spent most of its ~5,500
+    /// instructions of SQLite's on the statement's start and end and on searching the b-tree from
+    /// its root, which one statement appending in key order skips (BENCHMARKS.md, issue 17 round
+    /// twenty-six). A run that stops at an id already there — in the table, or written earlier in
+    /// the run — keeps the rows before it, as many as SQLite counts as changed; that row is then
+    /// written alone in `mode` (revived, replaced or declined), and the rest go on in runs.
+    /// Pulled versions (`IfNewer`: one may be stored already) go row by row.
+    pub(crate) fn write_all(
         &mut self,
         table: &Table,
         rows: &[&RowData],
         mode: WriteMode,
     ) -> Result<Option<usize>, StoreError> {
-        let run = run_len(table);
-        let mut done = 0;
+        let run = if mode == WriteMode::IfNewer { 1 } else { run_len(table) };
+        let (mut done, mut alone) = (0, false);
         while done < rows.len() {
-            let n = if rows.len() - done >= run { run } else { 1 };
-            let batch = &rows[done..done + n];
+            let n = if !alone && rows.len() - done >= run { run } else { 1 };
+            alone = false;
             let stmt = self.statement(table, mode, n)?;
-            for (k, row) in batch.iter().enumerate() {
+            for (k, row) in rows[done..done + n].iter().enumerate() {
                 bind_row(stmt, k, table, row)?;
             }
-            let mut next = match stmt.raw_execute() {
-                Ok(written) if written == n => n,
-                Ok(_) => return Ok(Some(done)),
-                // A run stopped at an id already there (a row it wrote before, or one in the
-                // table): the rows before it are written. Each row of the run has a version of its
-                // own, newer than any stored, so it is the first whose version is not stored.
+            match stmt.raw_execute() {
+                Ok(written) if written == n => done += n,
+                Ok(0) if n == 1 => return Ok(Some(done)),
+                Ok(_) => return Err(StoreError::Corrupt("a write of many rows changed fewer".into())),
                 Err(e) if n > 1 && is_taken_id(&e) => {
-                    let mut at = 0;
-                    while at < n
-                        && read_row(self.conn, table, &batch[at].id)?
-                            .is_some_and(|s| s.updated_at == batch[at].updated_at)
-                    {
-                        at += 1;
+                    // `OR FAIL` keeps what the statement wrote before the id, and counts it.
+                    let kept = self.conn.changes() as usize;
+                    if kept >= n {
+                        return Err(StoreError::Corrupt("a write of many rows stopped after its last".into()));
                     }
-                    at
+                    done += kept;
+                    alone = true;
                 }
                 Err(e) => return Err(e.into()),
-            };
-            // From there on, the run row by row in `mode`.
-            while next < n {
-                let stmt = self.statement(table, mode, 1)?;
-                bind_row(stmt, 0, table, batch[next])?;
-                if stmt.raw_execute()? == 0 {
-                    return Ok(Some(done + next));
-                }
-                next += 1;
             }
-            done += n;
         }
         Ok(None)
     }

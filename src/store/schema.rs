@@ -209,7 +209,7 @@ pub struct TableSql {
     pub select_list: String,
     /// One row by id.
     pub select_by_id: String,
-    /// `INSERT INTO "t" (id, updatedAt, deleted, "col"…) VALUES ` (a write of many rows).
+    /// `INSERT INTO "t" (id, updatedAt, deleted, "col"…) VALUES ` (the head of every row write).
     pub insert_head: String,
     /// `updatedAt = excluded.updatedAt, …` (the update of a write's conflict clause).
     pub updates: String,

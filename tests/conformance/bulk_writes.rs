@@ -70,8 +70,8 @@ async fn an_insert_of_a_live_id_inside_a_run_is_already_exists_for_that_id_and_w
     let d = device().await;
     d.engine.insert("todos", todo(&id(40), "there before")).unwrap();
     let before = intents(&d);
-    // Op 40 is inside the second run of 32; rows after it in its run are written by the same
-    // statement, and ops after the run still come.
+    // Op 40 is inside the second statement of 32 rows: the statement stops there, and the
+    // insert of r-0040 alone is refused.
     assert_eq!(already_exists_id(d.engine.transaction(&inserts(0..100))), id(40));
     assert_eq!(rows(&d), 1.0, "nothing of the transaction is written");
     assert_eq!(intents(&d), before);
@@ -97,12 +97,13 @@ async fn of_two_bad_ops_in_one_run_the_first_one_s_error_is_the_answer() {
         table: "todos".into(),
         row: parse_json(&format!(r#"{{"id":"{}","colour":"red"}}"#, id(i))).unwrap(),
     };
-    // A live id at op 5, an unknown column at op 20: the insert of the live id fails first.
-    let mut ops = inserts(0..30);
-    ops[20] = unknown_column(20);
+    // A live id at op 5, inside the first statement of 32 rows, an unknown column at op 40
+    // (staged before that statement runs): the insert of the live id fails first.
+    let mut ops = inserts(0..70);
+    ops[40] = unknown_column(40);
     assert_eq!(already_exists_id(d.engine.transaction(&ops)), id(5));
     // The other way round: the unknown column at op 5 is the answer.
-    let mut ops = inserts(0..30);
+    let mut ops = inserts(0..70);
     ops[5] = unknown_column(5);
     assert_eq!(d.engine.transaction(&ops).unwrap_err().code(), "UNKNOWN_COLUMN");
     assert_eq!(rows(&d), 2.0);
@@ -124,12 +125,12 @@ async fn soft_deleted_rows_amid_new_ones_are_revived_and_every_row_after_them_wr
         assert_eq!(row.get("title").unwrap().as_str(), Some(format!("title {i}").as_str()), "row {i}");
     }
     // Upserts of ids there and not there, the ones there amid the others.
-    let mut ops: Vec<Op> = (100..140).map(upsert).collect();
+    let mut ops: Vec<Op> = (100..170).map(upsert).collect();
     ops[7] = upsert(20);
-    ops[38] = upsert(60);
+    ops[45] = upsert(60);
     d.engine.transaction(&ops).unwrap();
-    assert_eq!(rows(&d), 108.0);
-    for i in [20, 60, 100, 106, 108, 139] {
+    assert_eq!(rows(&d), 138.0);
+    for i in [20, 60, 100, 106, 108, 144, 146, 169] {
         assert_eq!(d.engine.get("todos", &id(i)).unwrap().unwrap().get("title").unwrap().as_str(), Some("upserted"));
     }
     assert_eq!(d.engine.get("todos", &id(21)).unwrap().unwrap().get("title").unwrap().as_str(), Some("title 21"));
@@ -179,8 +180,9 @@ async fn an_update_or_delete_after_inserts_in_one_transaction_sees_the_rows_not_
     assert_eq!(intents(&d), 82.0);
 }
 
-/// Three tables: one narrow, one wide enough that a statement holds only two of its rows, and
-/// one so wide that 32 of its rows would pass SQLite's limit of 32,766 parameters.
+/// Three tables: one narrow, one wide enough that a statement holds only two of its rows (at
+/// most 999 parameters), and one so wide that 32 of its rows would pass even SQLite's limit of
+/// 32,766 parameters (its rows go one a statement).
 fn three_tables() -> SchemaDef {
     let columns = |n: usize| (0..n).map(|c| ColumnDef::new(&format!("c{c}"), ColumnType::Integer)).collect();
     SchemaDef {
@@ -225,6 +227,10 @@ async fn runs_follow_the_ops_across_tables_and_a_wide_table_s_rows_are_written_w
     d.engine.transaction(&ops).unwrap();
     let n = |table: &str| count(&d, &format!("SELECT count(*) AS n FROM {table}"));
     assert_eq!((n("notes"), n("wide"), n("widest")), (46.0, 8.0, 33.0));
+    for i in [0, 31, 44, 45] {
+        let text = d.engine.get("notes", &id(i)).unwrap().unwrap().get("text").unwrap().as_str().map(str::to_owned);
+        assert_eq!(text, Some(format!("note {i}")));
+    }
     for (table, columns, rows) in [("wide", 400, 8), ("widest", 1100, 33)] {
         for i in 0..rows {
             let row = d.engine.get(table, &id(i)).unwrap().unwrap();
@@ -266,4 +272,33 @@ async fn inserts_and_upserts_in_turns_each_keep_their_own_rule() {
     ops.push(Op::Insert { table: "todos".into(), row: todo(&id(50), "again") });
     assert_eq!(already_exists_id(d.engine.transaction(&ops)), id(50));
     assert_eq!(rows(&d), 45.0);
+}
+
+#[test]
+async fn the_same_id_twice_among_upserts_keeps_the_second_and_a_deleted_row_comes_back_by_upsert() {
+    let d = device().await;
+    let upsert = |i: usize, title: &str| Op::Upsert { table: "todos".into(), row: todo(&id(i), title) };
+    let mut ops: Vec<Op> = (0..40).map(|i| upsert(i, "first")).collect();
+    // Row 3 again inside the same statement of 32 rows, after the one that wrote it.
+    ops[20] = upsert(3, "second");
+    // Then row 5 deleted, and upserted again amid 40 more.
+    ops.push(Op::Delete { table: "todos".into(), id: id(5) });
+    ops.extend((40..80).map(|i| upsert(i, "later")));
+    ops[60] = upsert(5, "back");
+    // And an update, then upserts of rows it is not.
+    ops.push(Op::Update { table: "todos".into(), id: id(0), patch: parse_json(r#"{"done":true}"#).unwrap() });
+    ops.extend((80..115).map(|i| upsert(i, "last")));
+    assert_eq!(d.engine.transaction(&ops).unwrap().len(), ops.len());
+    let title =
+        |i: usize| d.engine.get("todos", &id(i)).unwrap().unwrap().get("title").unwrap().as_str().map(str::to_owned);
+    assert_eq!(title(3), Some("second".into()), "the later upsert of the same id wins");
+    assert_eq!(title(5), Some("back".into()), "upserted after its delete: live again");
+    assert_eq!(title(21), Some("first".into()));
+    assert_eq!(title(58), Some("later".into()));
+    assert!(d.engine.get("todos", &id(59)).unwrap().is_none(), "its op upserted row 5 instead");
+    assert_eq!(title(114), Some("last".into()));
+    assert_eq!(d.engine.get("todos", &id(0)).unwrap().unwrap().get("done").unwrap().as_bool(), Some(true));
+    // 0..115 but 20 (its op wrote row 3) and 59 (its op — ops[60] — wrote row 5).
+    assert_eq!(rows(&d), 113.0);
+    assert_eq!(intents(&d), ops.len() as f64);
 }
