@@ -1,7 +1,8 @@
 //! Profiling aid: bulk mutations, sealing and a restore through an in-process relay, natively,
 //! with timings. `cargo run --release --example engine_hot -- [ROWS] [bulk]` (run it under `perf`;
 //! `bulk` (or `bulk-once`: with a request id, as the package calls it) stops after the bulk
-//! transaction (`once-after-bulk`: then 1000 single writes with request ids), for exact instruction counts of that phase with
+//! transaction (`once-after-bulk`: then 1000 single writes with request ids; `upsert-after-bulk`: then
+//! the same rows as upserts, all of them there), for exact instruction counts of that phase with
 //! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`).
 
 #[cfg(not(target_arch = "wasm32"))]
@@ -95,6 +96,20 @@ mod native {
             a.transaction(&ops).unwrap();
         }
         let bulk = t.elapsed();
+        if mode.as_deref() == Some("upsert-after-bulk") {
+            // The same rows again, as upserts of rows that are all there (`upsert-after-bulk`).
+            let upserts: Vec<Op> = ops
+                .iter()
+                .map(|op| match op {
+                    Op::Insert { table, row } => Op::Upsert { table: table.clone(), row: row.clone() },
+                    other => other.clone(),
+                })
+                .collect();
+            let t = Instant::now();
+            a.transaction_once("bench-upserts", &upserts).unwrap();
+            println!("upserts of rows there {:>8.0} rows/s", n as f64 / t.elapsed().as_secs_f64());
+            return;
+        }
         if mode.as_deref() == Some("once-after-bulk") {
             // Single writes with request ids (the package's path) once the bulk's record is there.
             let t = Instant::now();

@@ -147,8 +147,8 @@ impl<'c> RowWriter<'c> {
     /// instructions of SQLite's on the statement's start and end and on searching the b-tree from
     /// its root, which one statement appending in key order skips (BENCHMARKS.md, issue 17 round
     /// twenty-six). A run that stops at an id already there — in the table, or written earlier in
-    /// the run — keeps the rows before it, as many as SQLite counts as changed; that row is then
-    /// written alone in `mode` (revived, replaced or declined), and the rest go on in runs.
+    /// the run — keeps the rows before it, as many as SQLite counts as changed; that row and the
+    /// rest of the run are then written one a statement in `mode` (revived, replaced or declined).
     /// Pulled versions (`IfNewer`: one may be stored already) go row by row.
     pub(crate) fn write_all(
         &mut self,
@@ -157,10 +157,10 @@ impl<'c> RowWriter<'c> {
         mode: WriteMode,
     ) -> Result<Option<usize>, StoreError> {
         let run = if mode == WriteMode::IfNewer { 1 } else { run_len(table) };
-        let (mut done, mut alone) = (0, false);
+        // Rows before `alone` go one a statement: the rest of a run that stopped.
+        let (mut done, mut alone) = (0, 0);
         while done < rows.len() {
-            let n = if !alone && rows.len() - done >= run { run } else { 1 };
-            alone = false;
+            let n = if done >= alone && rows.len() - done >= run { run } else { 1 };
             let stmt = self.statement(table, mode, n)?;
             for (k, row) in rows[done..done + n].iter().enumerate() {
                 bind_row(stmt, k, table, row)?;
@@ -175,8 +175,10 @@ impl<'c> RowWriter<'c> {
                     if kept >= n {
                         return Err(StoreError::Corrupt("a write of many rows stopped after its last".into()));
                     }
+                    // The rest of the run one a statement (a bulk of upserts over existing
+                    // rows stops every run at its first row: a run costs one stopped statement).
+                    alone = done + n;
                     done += kept;
-                    alone = true;
                 }
                 Err(e) => return Err(e.into()),
             }
