@@ -71,7 +71,7 @@ impl Engine {
             values.push(to_sql(BLOB_TABLE, &c.name, c.column_type, fields.get(&c.name).unwrap_or(&Json::Null))?);
         }
         let row = RowData { id: m.blob_id.clone(), updated_at: String::new(), deleted: false, values };
-        let mut w = super::mutate::LocalWriter::new(tx)?;
+        let mut w = super::mutate::LocalWriter::new(tx);
         self.write_local(&mut w, table, row, crate::store::rows::WriteMode::Replace, self.now())?;
         Ok(())
     }

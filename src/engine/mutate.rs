@@ -66,8 +66,8 @@ pub(crate) struct LocalWriter<'c> {
 }
 
 impl<'c> LocalWriter<'c> {
-    pub(crate) fn new(tx: &'c Connection) -> Result<LocalWriter<'c>, StoreError> {
-        Ok(LocalWriter { rows: rows::RowWriter::new(tx), outbox: outbox::Enqueuer::new(tx)? })
+    pub(crate) fn new(tx: &'c Connection) -> LocalWriter<'c> {
+        LocalWriter { rows: rows::RowWriter::new(tx), outbox: outbox::Enqueuer::new(tx) }
     }
 }
 
@@ -357,7 +357,7 @@ impl Engine {
     /// still comes first.
     fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Written<'_>>), EngineError> {
         let mut rows = Vec::with_capacity(ops.len());
-        let mut w = LocalWriter::new(tx)?;
+        let mut w = LocalWriter::new(tx);
         let wall_ms = self.now();
         self.stage_runs(tx, &mut w, ops, wall_ms, &mut rows)?;
         // Every op's intent, in the order of the ops (and of their HLCs).

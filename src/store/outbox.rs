@@ -31,7 +31,7 @@ pub struct Unsealed {
 
 /// Appends a pending intent. An event id already queued is left alone (returns false).
 pub fn enqueue(conn: &Connection, event_id: &str, table: &str, row_id: &str, now: u64) -> Result<bool, StoreError> {
-    Enqueuer::new(conn)?.enqueue(event_id, table, row_id, now)
+    Enqueuer::new(conn).enqueue(event_id, table, row_id, now)
 }
 
 /// [`enqueue`] for a run of intents in one transaction, its statements taken once for the run
@@ -56,8 +56,8 @@ pub type Intent<'a> = (&'a str, &'a str, &'a str);
 
 impl<'c> Enqueuer<'c> {
     /// An enqueuer on `conn` (inside the run's transaction).
-    pub fn new(conn: &'c Connection) -> Result<Enqueuer<'c>, StoreError> {
-        Ok(Enqueuer { conn, statements: [None, None] })
+    pub fn new(conn: &'c Connection) -> Enqueuer<'c> {
+        Enqueuer { conn, statements: [None, None] }
     }
 
     /// Appends a pending intent. An event id already queued is left alone (returns false).

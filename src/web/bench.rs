@@ -277,6 +277,27 @@ async fn raw_bulk(storage: &Storage, name: &str, n: u32, id: fn(u32) -> String) 
     Ok(now() - t0)
 }
 
+/// `js_ops` through the package's path on a database of its own — as js/worker.js calls it: the
+/// ops as JSON text when they are plain data (`plainJson`), a request id, the rows as JS objects
+/// out — made durable: ms, and the engine.
+async fn api_bulk(
+    storage: &Storage,
+    tag: &str,
+    js_ops: &Array,
+    plain_json: &JsValue,
+) -> Result<(f64, Engine), JsValue> {
+    let (api, name) = storage.engine(KEY, vec![], tag).await?;
+    let t0 = now();
+    let text = ops_text(plain_json, js_ops)?;
+    let rows = super::writes::transaction(&api, js_ops, text.as_deref(), Some("bench-request"))?;
+    storage.durable(&name).await?;
+    let ms = now() - t0;
+    if Array::from(&rows).length() != js_ops.length() {
+        return Err(js_err(format!("the API answered with a different number of rows ({tag})")));
+    }
+    Ok((ms, api))
+}
+
 /// `n` rows in one transaction: bare prepared INSERTs vs engine mutations vs the package's path
 /// (`plain_json`: the package's `plainJson`, as its worker uses it). Durations in ms.
 #[wasm_bindgen(js_name = benchBulk)]
@@ -294,30 +315,13 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     let seal_ms = now() - t0;
     // The package's path: JS ops in, a request id (every call from a tab carries one), the
     // rows as JS objects out — what `db.transaction(ops)` costs inside the worker.
-    let (api, name) = storage.engine(KEY, vec![], "api-bulk").await?;
     let js_ops: Array = (0..n).map(|i| js_op(&todo(i))).collect();
-    let t0 = now();
-    // As js/worker.js does: the ops as JSON text when they are plain data (`plainJson`).
-    let text = ops_text(&plain_json, &js_ops)?;
-    let rows = super::writes::transaction(&api, &js_ops, text.as_deref(), Some("bench-request"))?;
-    storage.durable(&name).await?;
-    let api_ms = now() - t0;
-    if Array::from(&rows).length() != n {
-        return Err(js_err("the API answered with a different number of rows"));
-    }
+    let (api_ms, api) = api_bulk(&storage, "api-bulk", &js_ops, &plain_json).await?;
     // The same with ids in no order (random UUIDs, as many apps make them): the floor, and the
     // package's path. Each row then lands on a page of its own in the table's b-tree.
     let raw_scattered_ms = raw_bulk(&storage, "raw-bulk-scattered", n, scattered_id).await?;
-    let (scattered, name) = storage.engine(KEY, vec![], "api-bulk-scattered").await?;
     let js_ops_scattered: Array = (0..n).map(|i| js_op(&todo_as(scattered_id(i), i))).collect();
-    let t0 = now();
-    let text = ops_text(&plain_json, &js_ops_scattered)?;
-    let rows = super::writes::transaction(&scattered, &js_ops_scattered, text.as_deref(), Some("bench-request"))?;
-    storage.durable(&name).await?;
-    let api_scattered_ms = now() - t0;
-    if Array::from(&rows).length() != n {
-        return Err(js_err("the API answered with a different number of rows (ids in no order)"));
-    }
+    let (api_scattered_ms, _) = api_bulk(&storage, "api-bulk-scattered", &js_ops_scattered, &plain_json).await?;
     // The same path again on a database of its own, split into its steps (ms): the ops' JSON
     // text in JavaScript, its parse into ops, the write (rows, intents, the request's record,
     // the commit), the answer's text and its `JSON.parse`, the storage's flush.
