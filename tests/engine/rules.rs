@@ -40,7 +40,7 @@ async fn the_greatest_hlc_wins_even_when_it_reaches_the_relay_first() {
 }
 
 /// Pushes envelopes built by hand (with the owner's keys) straight to the relay.
-async fn push_crafted(relay: &TestRelay, secret: &str, payloads: &[(&str, String)]) {
+pub(crate) async fn push_crafted(relay: &TestRelay, secret: &str, payloads: &[(&str, String)]) {
     let identity = Secret::parse(secret).unwrap().identity();
     let mut events = Vec::new();
     for (i, (event_id, plaintext)) in payloads.iter().enumerate() {
@@ -53,6 +53,9 @@ async fn push_crafted(relay: &TestRelay, secret: &str, payloads: &[(&str, String
         events.push(encrypt_plaintext(&identity, &meta, plaintext.as_bytes(), &mut OsEntropy).unwrap());
     }
     let body = serde_json::json!({ "ownerId": identity.owner_id(), "events": events });
+    // reqwest is built without a TLS provider: the engine's transport installs one, and a test
+    // may push before any device exists.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let resp = reqwest::Client::new()
         .post(format!("{}/v1/events", relay.url))
         .bearer_auth(identity.relay_auth())
@@ -64,11 +67,11 @@ async fn push_crafted(relay: &TestRelay, secret: &str, payloads: &[(&str, String
     assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
 }
 
-fn hlc(n: u64) -> String {
+pub(crate) fn hlc(n: u64) -> String {
     format!("{:015}-000000-craftedDevice", T0 + n)
 }
 
-fn payload(hlc: &str, row_id: &str, row: &str) -> String {
+pub(crate) fn payload(hlc: &str, row_id: &str, row: &str) -> String {
     format!(r#"{{"deleted":false,"hlc":"{hlc}","row":{row},"rowId":"{row_id}","schemaVersion":1,"table":"todos"}}"#)
 }
 
