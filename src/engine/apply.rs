@@ -78,30 +78,52 @@ pub enum Outcome {
     Deferred,
     /// Held for inspection.
     Quarantined,
+    /// Valid, its row waiting in the run to be written with the rows of the events after it:
+    /// [`Engine::finish_run`] says whether it applied.
+    Staged,
 }
 
 /// What a run of received events (one pulled page, one retry of held events) shares inside
 /// its transaction: the row writer and the seen set, each statement taken from the cache once
-/// for the run instead of once per event (a cache lookup hashes the SQL text).
+/// for the run instead of once per event (a cache lookup hashes the SQL text), and a pulled
+/// page's rows not yet written.
 #[derive(Debug)]
 pub(crate) struct ApplyRun<'c> {
     tx: &'c Connection,
     rows: rows::RowWriter<'c>,
     seen: inbox::SeenSet<'c>,
+    /// Pulled rows of one table waiting to be written, in the page's order, with their table's
+    /// name. They are written together ([`rows::RowWriter::write_all`]: a fresh device's rows go
+    /// many a statement) when a row of another table comes, and when the page ends. Nothing in
+    /// between reads an app table, so each row still meets the rows before it as if written
+    /// at once.
+    staged: Vec<(String, RowData)>,
+    /// The staged rows' that were not newer (indexes into `staged`), per write.
+    declined: Vec<usize>,
+    /// The rows written so far, in the page's order.
+    applied: Vec<RowChange>,
 }
 
 impl<'c> ApplyRun<'c> {
     /// A run inside `tx`.
     pub(crate) fn new(tx: &'c Connection) -> Result<ApplyRun<'c>, EngineError> {
-        Ok(ApplyRun { tx, rows: rows::RowWriter::new(tx), seen: inbox::SeenSet::new(tx)? })
+        Ok(ApplyRun {
+            tx,
+            rows: rows::RowWriter::new(tx),
+            seen: inbox::SeenSet::new(tx)?,
+            staged: Vec::new(),
+            declined: Vec::new(),
+            applied: Vec::new(),
+        })
     }
 }
 
 /// Where an envelope being processed comes from.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Arrival<'p> {
-    /// A pulled page, with its opening when a page opener decrypted it ahead.
-    Pulled { opened: Option<&'p [u8]> },
+    /// A pulled page, with its opening when a page opener decrypted it ahead, and whether it
+    /// was claimed already (in a run of claims, `inbox::SeenSet::claim_run`).
+    Pulled { opened: Option<&'p [u8]>, claimed: bool },
     /// The deferred set or the quarantine.
     Held,
 }
@@ -193,8 +215,12 @@ impl Engine {
     /// does not apply to it).
     ///
     /// A new event is claimed in the seen set first — the spec's "skip what was seen" and its
-    /// final "record it as seen" in one write — and gives the claim back when it is deferred or
+    /// final "record it as seen" in one write, here or in a run of claims the page's loop made
+    /// ([`Arrival::Pulled`]'s `claimed`) — and gives the claim back when it is deferred or
     /// quarantined instead; a held one is recorded as seen once it is handled.
+    ///
+    /// A pulled event's row is staged in the run ([`Outcome::Staged`]) and written with the
+    /// rows after it ([`Engine::finish_run`]); a held one's is written at once.
     pub(crate) fn process(
         &self,
         run: &mut ApplyRun<'_>,
@@ -204,12 +230,12 @@ impl Engine {
         arrival: Arrival<'_>,
         now: u64,
     ) -> Result<Outcome, EngineError> {
-        let (held, opened) = match arrival {
-            Arrival::Pulled { opened } => (false, opened),
-            Arrival::Held => (true, None),
+        let (held, opened, claimed) = match arrival {
+            Arrival::Pulled { opened, claimed } => (false, opened, claimed),
+            Arrival::Held => (true, None, false),
         };
         let tx = run.tx;
-        if !held && !run.seen.claim(&env.event_id)? {
+        if !held && !claimed && !run.seen.claim(&env.event_id)? {
             return Ok(Outcome::Duplicate);
         }
         let hold = |reason: &str, detail: String, at: Option<i64>| HeldEvent {
@@ -276,11 +302,16 @@ impl Engine {
                         purged::revived(tx, &payload.table, &payload.row_id)?;
                     }
                 }
+                if !held {
+                    if run.staged.first().is_some_and(|(t, _)| *t != payload.table) {
+                        self.write_staged(run)?;
+                    }
+                    run.staged.push((payload.table, row));
+                    return Ok(Outcome::Staged);
+                }
                 let table = self.schema.table(&payload.table).expect("classified");
                 let written = run.rows.write(table, &row, rows::WriteMode::IfNewer)?;
-                if held {
-                    run.seen.mark(&env.event_id)?;
-                }
+                run.seen.mark(&env.event_id)?;
                 Ok(if written {
                     Outcome::Applied(RowChange { table: payload.table, id: payload.row_id })
                 } else {
@@ -288,6 +319,35 @@ impl Engine {
                 })
             }
         }
+    }
+
+    /// Claims the ids of a page's next envelopes as far as one statement goes
+    /// ([`inbox::SeenSet::claim_run`]): how many, from the first, are claimed.
+    pub(crate) fn claim_run(&self, run: &mut ApplyRun<'_>, ids: &[&str]) -> Result<usize, EngineError> {
+        Ok(run.seen.claim_run(ids)?)
+    }
+
+    /// Writes the run's staged rows, each only when newer than the stored row.
+    fn write_staged(&self, run: &mut ApplyRun<'_>) -> Result<(), EngineError> {
+        let Some((name, _)) = run.staged.first() else { return Ok(()) };
+        let table = self.schema.table(name).expect("classified");
+        let rows: Vec<&RowData> = run.staged.iter().map(|(_, row)| row).collect();
+        run.declined.clear();
+        run.rows.write_all(table, &rows, rows::WriteMode::IfNewer, &mut run.declined)?;
+        let mut declined = run.declined.iter().copied().peekable();
+        for (i, (table, row)) in run.staged.drain(..).enumerate() {
+            if declined.next_if_eq(&i).is_none() {
+                run.applied.push(RowChange { table, id: row.id });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes what `run` still holds, and gives the rows it applied, in the order received
+    /// (the [`Outcome::Staged`] events' outcomes).
+    pub(crate) fn finish_run(&self, run: &mut ApplyRun<'_>) -> Result<Vec<RowChange>, EngineError> {
+        self.write_staged(run)?;
+        Ok(std::mem::take(&mut run.applied))
     }
 
     /// Retries deferred events whose time has come, and — once after the engine opened with
@@ -314,7 +374,8 @@ impl Engine {
                         changes.push(c);
                     }
                     Outcome::Stale | Outcome::Quarantined | Outcome::Duplicate => inbox::undefer(tx, &held.event_id)?,
-                    Outcome::Deferred => {}
+                    // (Held events are written at once: none is staged.)
+                    Outcome::Deferred | Outcome::Staged => {}
                 }
             }
             self.persist_clock(tx)?;
@@ -347,7 +408,7 @@ impl Engine {
                         inbox::release(tx, &h.relay, &h.event_id)?;
                         released += 1;
                     }
-                    Outcome::Quarantined => {}
+                    Outcome::Quarantined | Outcome::Staged => {}
                 }
             }
             self.record_request(tx, &released)?;

@@ -75,9 +75,11 @@ impl<'c> LocalWriter<'c> {
 fn write_run(w: &mut LocalWriter<'_>, run: &[Written<'_>], mode: WriteMode) -> Result<(), EngineError> {
     let Some(first) = run.first() else { return Ok(()) };
     let rows: Vec<&RowData> = run.iter().map(|r| &r.row).collect();
-    match w.rows.write_all(first.table, &rows, mode)? {
+    let mut declined = Vec::new();
+    w.rows.write_all(first.table, &rows, mode, &mut declined)?;
+    match declined.first() {
         None => Ok(()),
-        Some(i) => Err(EngineError::AlreadyExists { table: first.table.name.clone(), id: run[i].row.id.clone() }),
+        Some(&i) => Err(EngineError::AlreadyExists { table: first.table.name.clone(), id: run[i].row.id.clone() }),
     }
 }
 

@@ -24,7 +24,7 @@ use crate::protocol::identity::sha256_base64url;
 use crate::protocol::json_fields::FromJson;
 use crate::protocol::json_parse::ListItem;
 use crate::protocol::SyncEnvelope;
-use crate::store::inbox::{self, HeldEvent, DEFERRED_CAP, QUARANTINE_CAP};
+use crate::store::inbox::{self, HeldEvent, CLAIM_RUN, DEFERRED_CAP, QUARANTINE_CAP};
 use crate::store::system;
 
 /// Pages one pass takes from a relay at most (a million events at 1000 per page); the next
@@ -220,38 +220,47 @@ impl Engine {
             let (changes, stats) = self.write(|tx| {
                 let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
                 let mut run = ApplyRun::new(tx)?;
-                for (i, item) in page.events.iter_mut().enumerate() {
-                    let opened = openings.as_ref().and_then(|o| o[i].as_deref());
-                    let read = match &mut item.members {
+                let mut envelopes = Vec::with_capacity(CLAIM_RUN);
+                for (c, chunk) in page.events.chunks_mut(CLAIM_RUN).enumerate() {
+                    envelopes.extend(chunk.iter_mut().map(|item| match &mut item.members {
                         Ok(members) => SyncEnvelope::from_members(members, "envelope"),
                         Err(value) => SyncEnvelope::from_json(value, "envelope"),
-                    };
-                    let outcome = match read {
-                        Ok(env) => self.process(&mut run, &identity, url, &env, Arrival::Pulled { opened }, now)?,
-                        Err(e) => {
-                            let kept: String = item.text.chars().take(MAX_MALFORMED_KEPT).collect();
-                            let held = HeldEvent {
-                                event_id: malformed_event_id(item),
-                                relay: url.to_owned(),
-                                detail: format!("not an envelope: {e}"),
-                                envelope_json: kept,
-                                reason: quarantine_reason::MALFORMED_ENVELOPE.into(),
-                                at: None,
-                            };
-                            inbox::quarantine(tx, &held, now)?;
-                            Outcome::Quarantined
+                    }));
+                    // The chunk's envelopes claimed in one statement, as far as it goes.
+                    let ids: Vec<&str> = envelopes.iter().flatten().map(|e| e.event_id.as_str()).collect();
+                    let mut claimed = self.claim_run(&mut run, &ids)?;
+                    for (k, (item, read)) in chunk.iter().zip(envelopes.drain(..)).enumerate() {
+                        let opened = openings.as_ref().and_then(|o| o[c * CLAIM_RUN + k].as_deref());
+                        let outcome = match read {
+                            Ok(env) => {
+                                let arrival = Arrival::Pulled { opened, claimed: claimed > 0 };
+                                claimed = claimed.saturating_sub(1);
+                                self.process(&mut run, &identity, url, &env, arrival, now)?
+                            }
+                            Err(e) => {
+                                let kept: String = item.text.chars().take(MAX_MALFORMED_KEPT).collect();
+                                let held = HeldEvent {
+                                    event_id: malformed_event_id(item),
+                                    relay: url.to_owned(),
+                                    detail: format!("not an envelope: {e}"),
+                                    envelope_json: kept,
+                                    reason: quarantine_reason::MALFORMED_ENVELOPE.into(),
+                                    at: None,
+                                };
+                                inbox::quarantine(tx, &held, now)?;
+                                Outcome::Quarantined
+                            }
+                        };
+                        match outcome {
+                            Outcome::Applied(c) => changes.push(c),
+                            Outcome::Deferred => stats[1] += 1,
+                            Outcome::Quarantined => stats[2] += 1,
+                            Outcome::Stale | Outcome::Duplicate | Outcome::Staged => {}
                         }
-                    };
-                    match outcome {
-                        Outcome::Applied(c) => {
-                            stats[0] += 1;
-                            changes.push(c);
-                        }
-                        Outcome::Deferred => stats[1] += 1,
-                        Outcome::Quarantined => stats[2] += 1,
-                        Outcome::Stale | Outcome::Duplicate => {}
                     }
                 }
+                changes.extend(self.finish_run(&mut run)?);
+                stats[0] = changes.len() as u64;
                 if stats[2] > 0 {
                     let dropped = inbox::cap_quarantine(tx, url, QUARANTINE_CAP)?;
                     if dropped > 0 {

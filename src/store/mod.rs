@@ -97,3 +97,10 @@ pub fn open_path(path: &str) -> Result<Connection, StoreError> {
     configure(&conn)?;
     Ok(conn)
 }
+
+/// Whether `e` is the refusal of a key already in its table (an `INSERT OR FAIL` of many rows
+/// stopped there, keeping — and counting in `changes()` — the rows before it).
+pub(crate) fn is_taken_id(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
+}

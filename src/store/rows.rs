@@ -5,7 +5,7 @@ use rusqlite::types::Value;
 use rusqlite::{CachedStatement, Connection, OptionalExtension, Row};
 
 use super::schema::{quote, Table};
-use super::StoreError;
+use super::{is_taken_id, StoreError};
 
 /// One stored row: system columns plus app values in the table's column order.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +54,9 @@ fn run_len(table: &Table) -> usize {
     (999 / (3 + table.columns.len())).clamp(1, RUN)
 }
 
+/// Rows written one a statement after a run of many that stopped at its first row.
+const SINGLES_AFTER_A_FIRST_ROW_STOP: usize = 4 * RUN;
+
 /// The write of `rows` rows of `table`, their parameters numbered row after row (each `?` is the
 /// one after the last): one row in `mode`, or many as a plain insert `OR FAIL` — which stops at
 /// the first id already there, keeping the rows before it, for [`RowWriter::write_all`] to go on
@@ -82,12 +85,6 @@ fn write_sql(table: &Table, mode: WriteMode, rows: usize) -> String {
         });
     }
     sql
-}
-
-/// Whether `e` is the refusal of an id already in the table.
-fn is_taken_id(e: &rusqlite::Error) -> bool {
-    matches!(e, rusqlite::Error::SqliteFailure(f, _)
-        if f.extended_code == rusqlite::ffi::SQLITE_CONSTRAINT_PRIMARYKEY)
 }
 
 /// Writes rows for a run of writes in one transaction (a batch of mutations): each (table,
@@ -136,27 +133,29 @@ impl<'c> RowWriter<'c> {
 
     /// Writes a row; returns whether it was written.
     pub fn write(&mut self, table: &Table, row: &RowData, mode: WriteMode) -> Result<bool, StoreError> {
-        Ok(self.write_all(table, &[row], mode)?.is_none())
+        let mut declined = Vec::new();
+        self.write_all(table, &[row], mode, &mut declined)?;
+        Ok(declined.is_empty())
     }
 
-    /// Writes `rows` of `table` in order, as [`Self::write`] each would, for rows of fresh local
-    /// versions (each newer than any stored, so a row is not written only when `mode` declines
-    /// it): returns the index of the first one declined, if any (the rows after it may or may not
-    /// have been written: the caller rolls back). Runs of [`run_len`] rows go in one plain
-    /// `INSERT OR FAIL` each ([`write_sql`]): a statement per row spent most of its ~5,500
-    /// instructions of SQLite's on the statement's start and end and on searching the b-tree from
-    /// its root, which one statement appending in key order skips (BENCHMARKS.md, issue 17 round
-    /// twenty-six). A run that stops at an id already there — in the table, or written earlier in
-    /// the run — keeps the rows before it, as many as SQLite counts as changed; that row and the
-    /// rest of the run are then written one a statement in `mode` (revived, replaced or declined).
-    /// Pulled versions (`IfNewer`: one may be stored already) go row by row.
+    /// Writes `rows` of `table` in order, as [`Self::write`] each would, and adds to `declined`
+    /// the index of every row `mode` declined (a live row for an insert, a row with a version as
+    /// new for a pulled one). Runs of [`run_len`] rows go in one plain `INSERT OR FAIL` each
+    /// ([`write_sql`]): a statement per row spent most of its ~5,500 instructions of SQLite's
+    /// on the statement's start and end and on searching the b-tree from its root, which one
+    /// statement appending in key order skips (BENCHMARKS.md, issue 17 round twenty-six). A row
+    /// no table has is what every mode writes, so the plain insert is right for each until an
+    /// id already there — in the table, or written earlier in the run — stops it: it keeps the
+    /// rows before, as many as SQLite counts as changed, and that row and the rest of the run are
+    /// then written one a statement in `mode` (revived, replaced, newer, or declined).
     pub(crate) fn write_all(
         &mut self,
         table: &Table,
         rows: &[&RowData],
         mode: WriteMode,
-    ) -> Result<Option<usize>, StoreError> {
-        let run = if mode == WriteMode::IfNewer { 1 } else { run_len(table) };
+        declined: &mut Vec<usize>,
+    ) -> Result<(), StoreError> {
+        let run = run_len(table);
         // Rows before `alone` go one a statement: the rest of a run that stopped.
         let (mut done, mut alone) = (0, 0);
         while done < rows.len() {
@@ -167,7 +166,10 @@ impl<'c> RowWriter<'c> {
             }
             match stmt.raw_execute() {
                 Ok(written) if written == n => done += n,
-                Ok(0) if n == 1 => return Ok(Some(done)),
+                Ok(0) if n == 1 => {
+                    declined.push(done);
+                    done += 1;
+                }
                 Ok(_) => return Err(StoreError::Corrupt("a write of many rows changed fewer".into())),
                 Err(e) if n > 1 && is_taken_id(&e) => {
                     // `OR FAIL` keeps what the statement wrote before the id, and counts it.
@@ -175,15 +177,18 @@ impl<'c> RowWriter<'c> {
                     if kept >= n {
                         return Err(StoreError::Corrupt("a write of many rows stopped after its last".into()));
                     }
-                    // The rest of the run one a statement (a bulk of upserts over existing
-                    // rows stops every run at its first row: a run costs one stopped statement).
-                    alone = done + n;
+                    // The rest of the run one a statement. A run stopped at its first row
+                    // most likely meets rows that are all there (upserts of existing rows,
+                    // versions pulled of rows stored): the next runs go one a statement too, so
+                    // such rows pay a stopped statement — its binds, ~1,500 instructions a row
+                    // spread over 32 — every [`SINGLES_AFTER_A_FIRST_ROW_STOP`] rows, not every 32.
+                    alone = done + if kept == 0 { SINGLES_AFTER_A_FIRST_ROW_STOP } else { n };
                     done += kept;
                 }
                 Err(e) => return Err(e.into()),
             }
         }
-        Ok(None)
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ fn is_pull(r: &HttpRequest) -> bool {
 }
 
 /// Rewrites the JSON of every pull page.
-fn rewrite_pages(d: &Device, f: impl Fn(&mut serde_json::Value) + 'static) {
+pub(crate) fn rewrite_pages(d: &Device, f: impl Fn(&mut serde_json::Value) + 'static) {
     *d.net.rewrite.borrow_mut() = Some(Box::new(move |req, mut resp: HttpResponse| {
         if is_pull(req) && resp.status == 200 {
             let mut v: serde_json::Value = serde_json::from_slice(&resp.body).unwrap();

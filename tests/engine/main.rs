@@ -16,6 +16,7 @@ mod listeners;
 mod live;
 mod opener;
 mod property;
+mod pulled_runs;
 mod purge_rekey_blobs;
 mod recovery;
 mod remember;
