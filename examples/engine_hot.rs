@@ -3,7 +3,8 @@
 //! `bulk` (or `bulk-once`: with a request id, as the package calls it) stops after the bulk
 //! transaction (`once-after-bulk`: then 1000 single writes with request ids; `upsert-after-bulk`: then
 //! the same rows as upserts, all of them there), for exact instruction counts of that phase with
-//! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`).
+//! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`; the restore alone
+//! with `--collect-atstart=no --toggle-collect='*Restore*poll*'`).
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {
@@ -51,6 +52,22 @@ mod native {
             env,
         )
         .unwrap()
+    }
+
+    /// The fresh device's restore, polled through a function of its own: callgrind counts it
+    /// alone with `--collect-atstart=no --toggle-collect='*Restore*poll*'`.
+    async fn restore(b: &Engine) -> simplysync::engine::SyncReport {
+        Restore(Box::pin(b.sync(SyncTrigger::Manual))).await.unwrap()
+    }
+
+    struct Restore<F>(std::pin::Pin<Box<F>>);
+
+    impl<F: std::future::Future> std::future::Future for Restore<F> {
+        type Output = F::Output;
+        #[inline(never)]
+        fn poll(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<F::Output> {
+            self.0.as_mut().poll(cx)
+        }
     }
 
     #[tokio::main(flavor = "current_thread")]
@@ -132,7 +149,7 @@ mod native {
         let push = t.elapsed();
         let b = engine(&relay);
         let t = Instant::now();
-        let report = b.sync(SyncTrigger::Manual).await.unwrap();
+        let report = restore(&b).await;
         let restore = t.elapsed();
         let rate = |d: std::time::Duration| n as f64 / d.as_secs_f64();
         println!("bulk    {:>10.0} rows/s", rate(bulk));
