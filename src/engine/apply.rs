@@ -98,7 +98,7 @@ pub(crate) struct ApplyRun<'c> {
     /// between reads an app table, so each row still meets the rows before it as if written
     /// at once.
     staged: Vec<(String, RowData)>,
-    /// The staged rows' that were not newer (indexes into `staged`), per write.
+    /// The staged rows that were not newer (indexes into `staged`), per write.
     declined: Vec<usize>,
     /// The rows written so far, in the page's order.
     applied: Vec<RowChange>,
@@ -291,6 +291,8 @@ impl Engine {
                 // A purged row stays purged: an older version still on a relay (or held here)
                 // does not bring it back. A newer one — another device wrote the row again —
                 // does, and its streams must then not be compacted away on any relay.
+                // (Pulled rows are staged below and written later: nothing from here to
+                // `finish_run` may read an app table; the purge records are a table of their own.)
                 if self.purge_records.get() {
                     if let Some(at) = purged::purged_at(tx, &payload.table, &payload.row_id)? {
                         if env.event_id.as_str() <= at.as_str() {
@@ -375,7 +377,7 @@ impl Engine {
                     }
                     Outcome::Stale | Outcome::Quarantined | Outcome::Duplicate => inbox::undefer(tx, &held.event_id)?,
                     // (Held events are written at once: none is staged.)
-                    Outcome::Deferred | Outcome::Staged => {}
+                    Outcome::Deferred | Outcome::Staged => debug_assert!(run.staged.is_empty()),
                 }
             }
             self.persist_clock(tx)?;
@@ -408,7 +410,7 @@ impl Engine {
                         inbox::release(tx, &h.relay, &h.event_id)?;
                         released += 1;
                     }
-                    Outcome::Quarantined | Outcome::Staged => {}
+                    Outcome::Quarantined | Outcome::Staged => debug_assert!(run.staged.is_empty()),
                 }
             }
             self.record_request(tx, &released)?;

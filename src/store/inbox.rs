@@ -289,3 +289,61 @@ pub fn deferral_reason(conn: &Connection, event_id: &str) -> Result<Option<Strin
         .query_row([event_id], |r| r.get(0))
         .optional()?)
 }
+
+#[cfg(test)]
+mod claims {
+    use super::*;
+
+    fn seen_set() -> Connection {
+        let conn = crate::store::open_memory().unwrap();
+        crate::store::system::create_system_tables(&conn).unwrap();
+        conn
+    }
+
+    fn ids(from: usize) -> Vec<String> {
+        (from..from + CLAIM_RUN).map(|i| format!("e{i:04}")).collect()
+    }
+
+    fn claim_run(seen: &mut SeenSet<'_>, ids: &[String]) -> usize {
+        seen.claim_run(&ids.iter().map(String::as_str).collect::<Vec<_>>()).unwrap()
+    }
+
+    fn count(conn: &Connection) -> u64 {
+        seen_count(conn).unwrap()
+    }
+
+    #[test]
+    fn a_run_of_claims_keeps_the_ids_before_the_first_one_seen() {
+        let conn = seen_set();
+        mark_seen(&conn, "e0020").unwrap();
+        let mut seen = SeenSet::new(&conn).unwrap();
+        assert_eq!(claim_run(&mut seen, &ids(0)), 20);
+        assert_eq!(count(&conn), 21, "e0000–e0019 claimed besides e0020; none after it");
+        assert_eq!(claim_run(&mut seen, &ids(100)), CLAIM_RUN, "the next run whole");
+        let mut repeated = ids(200);
+        repeated[30] = repeated[29].clone();
+        assert_eq!(claim_run(&mut seen, &repeated), 30, "an id twice in a run stops it at the second");
+    }
+
+    #[test]
+    fn after_a_run_of_claims_stops_at_its_first_id_the_next_three_are_left_to_single_claims() {
+        let conn = seen_set();
+        mark_seen(&conn, "e0000").unwrap();
+        let mut seen = SeenSet::new(&conn).unwrap();
+        assert_eq!(claim_run(&mut seen, &ids(0)), 0);
+        for run in 1..=3 {
+            assert_eq!(claim_run(&mut seen, &ids(100 * run)), 0, "run {run} left alone");
+        }
+        assert_eq!(claim_run(&mut seen, &ids(400)), CLAIM_RUN, "the fifth tried again");
+    }
+
+    #[test]
+    fn no_run_of_claims_while_an_event_is_deferred_or_with_fewer_ids() {
+        let conn = seen_set();
+        let mut seen = SeenSet::new(&conn).unwrap();
+        assert_eq!(claim_run(&mut seen, &ids(0)[..CLAIM_RUN - 1]), 0);
+        seen.deferred_one();
+        assert_eq!(claim_run(&mut seen, &ids(100)), 0);
+        assert_eq!(count(&conn), 0);
+    }
+}

@@ -54,7 +54,7 @@ fn run_len(table: &Table) -> usize {
     (999 / (3 + table.columns.len())).clamp(1, RUN)
 }
 
-/// Rows written one a statement after a run of many that stopped at its first row.
+/// Rows written one a statement from the first row of a run of many that stopped there.
 const SINGLES_AFTER_A_FIRST_ROW_STOP: usize = 4 * RUN;
 
 /// The write of `rows` rows of `table`, their parameters numbered row after row (each `?` is the
@@ -95,6 +95,9 @@ pub struct RowWriter<'c> {
     conn: &'c Connection,
     /// Taken statements by table, mode and rows per statement.
     statements: Vec<(String, WriteMode, usize, CachedStatement<'c>)>,
+    /// Statements run (for the tests of how rows are grouped).
+    #[cfg(test)]
+    executed: usize,
 }
 
 impl std::fmt::Debug for RowWriter<'_> {
@@ -108,7 +111,12 @@ impl std::fmt::Debug for RowWriter<'_> {
 impl<'c> RowWriter<'c> {
     /// A writer on `conn` with no statement taken yet.
     pub fn new(conn: &'c Connection) -> RowWriter<'c> {
-        RowWriter { conn, statements: Vec::new() }
+        RowWriter {
+            conn,
+            statements: Vec::new(),
+            #[cfg(test)]
+            executed: 0,
+        }
     }
 
     /// The statement writing `rows` rows of `table` in `mode`, taken once per writer.
@@ -139,8 +147,8 @@ impl<'c> RowWriter<'c> {
     }
 
     /// Writes `rows` of `table` in order, as [`Self::write`] each would, and adds to `declined`
-    /// the index of every row `mode` declined (a live row for an insert, a row with a version as
-    /// new for a pulled one). Runs of [`run_len`] rows go in one plain `INSERT OR FAIL` each
+    /// the index of every row `mode` declined (a live row for an insert, a row with a version at
+    /// least as new for a pulled one). Runs of [`run_len`] rows go in one plain `INSERT OR FAIL` each
     /// ([`write_sql`]): a statement per row spent most of its ~5,500 instructions of SQLite's
     /// on the statement's start and end and on searching the b-tree from its root, which one
     /// statement appending in key order skips (BENCHMARKS.md, issue 17 round twenty-six). A row
@@ -164,7 +172,12 @@ impl<'c> RowWriter<'c> {
             for (k, row) in rows[done..done + n].iter().enumerate() {
                 bind_row(stmt, k, table, row)?;
             }
-            match stmt.raw_execute() {
+            let result = stmt.raw_execute();
+            #[cfg(test)]
+            {
+                self.executed += 1;
+            }
+            match result {
                 Ok(written) if written == n => done += n,
                 Ok(0) if n == 1 => {
                     declined.push(done);
@@ -298,4 +311,57 @@ pub fn max_updated_at<'a>(
         }
     }
     Ok(best)
+}
+
+#[cfg(test)]
+mod runs {
+    use super::*;
+    use crate::store::schema::{ColumnDef, ColumnType, Schema, SchemaDef, TableDef};
+
+    fn table() -> (Connection, Schema) {
+        let mut conn = crate::store::open_memory().unwrap();
+        let columns = vec![ColumnDef::new("title", ColumnType::Text)];
+        let schema =
+            Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef { name: "t".into(), columns }] }).unwrap();
+        crate::store::system::migrate_app_tables(&mut conn, &schema).unwrap();
+        (conn, schema)
+    }
+
+    fn row(i: usize, version: &str) -> RowData {
+        RowData {
+            id: format!("r{i:03}"),
+            updated_at: version.into(),
+            deleted: false,
+            values: vec![Value::Text(format!("v{version}"))],
+        }
+    }
+
+    /// Writes rows `0..n` at version `2` after `stored` was written alone; the declined rows'
+    /// indexes and the statements run for the `n` rows.
+    fn write_over(stored: RowData, n: usize) -> (Vec<usize>, usize) {
+        let (conn, schema) = table();
+        let t = schema.table("t").unwrap();
+        write_row(&conn, t, &stored, WriteMode::Replace).unwrap();
+        let rows: Vec<RowData> = (0..n).map(|i| row(i, "2")).collect();
+        let refs: Vec<&RowData> = rows.iter().collect();
+        let mut w = RowWriter::new(&conn);
+        let mut declined = Vec::new();
+        w.write_all(t, &refs, WriteMode::IfNewer, &mut declined).unwrap();
+        let versions: Vec<String> = all_rows(&conn, t).unwrap().into_iter().map(|r| r.updated_at).collect();
+        let newer_kept = usize::from(stored.updated_at.as_str() > "2");
+        assert_eq!(versions.iter().filter(|v| *v == "2").count(), n - newer_kept, "every other row written");
+        (declined, w.executed)
+    }
+
+    #[test]
+    fn a_run_stopped_inside_writes_the_rows_before_once_and_its_rest_one_a_statement() {
+        // Row 10 stored older: the first run keeps rows 0–9, rows 10–31 go alone, the next run whole.
+        assert_eq!(write_over(row(10, "1"), 64), (vec![], 1 + 22 + 1));
+    }
+
+    #[test]
+    fn a_run_stopped_at_its_first_row_writes_the_next_128_rows_one_a_statement() {
+        // Row 0 stored newer (declined): rows 0–127 alone, two runs of 32, the last 8 alone.
+        assert_eq!(write_over(row(0, "3"), 200), (vec![0], 1 + 128 + 2 + 8));
+    }
 }

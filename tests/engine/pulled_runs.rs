@@ -216,6 +216,9 @@ async fn an_event_seen_from_another_relay_stops_a_run_of_claims_and_is_a_duplica
 fn repeat_forged(d: &Device, at: usize, forged_first: bool) {
     rewrite_pages(d, move |v| {
         let events = v["events"].as_array_mut().unwrap();
+        if events.len() <= at {
+            return;
+        }
         let mut forged = events[at].clone();
         alter_ciphertext(&mut forged);
         events.insert(if forged_first { at } else { at + 1 }, forged);
@@ -258,6 +261,9 @@ async fn after_an_event_is_deferred_a_copy_of_it_in_a_later_run_of_claims_is_a_d
     let older = device_of(&secret, &[&relay], 1);
     rewrite_pages(&older, |v| {
         let events = v["events"].as_array_mut().unwrap();
+        if events.len() < 70 {
+            return;
+        }
         let first = events[0].clone();
         events.insert(70, first);
     });
