@@ -116,6 +116,12 @@ impl<'c> ApplyRun<'c> {
             applied: Vec::new(),
         })
     }
+
+    /// Claims the ids of a page's next envelopes as far as one statement goes
+    /// ([`inbox::SeenSet::claim_run`]): how many, from the first, are claimed.
+    pub(crate) fn claim_run(&mut self, ids: &[&str]) -> Result<usize, EngineError> {
+        Ok(self.seen.claim_run(ids)?)
+    }
 }
 
 /// Where an envelope being processed comes from.
@@ -321,12 +327,6 @@ impl Engine {
                 })
             }
         }
-    }
-
-    /// Claims the ids of a page's next envelopes as far as one statement goes
-    /// ([`inbox::SeenSet::claim_run`]): how many, from the first, are claimed.
-    pub(crate) fn claim_run(&self, run: &mut ApplyRun<'_>, ids: &[&str]) -> Result<usize, EngineError> {
-        Ok(run.seen.claim_run(ids)?)
     }
 
     /// Writes the run's staged rows, each only when newer than the stored row.

@@ -50,6 +50,19 @@ fn page_budget(head: u64, cursor: u64, first_page_len: usize) -> u64 {
     needed.saturating_mul(2).saturating_add(10)
 }
 
+/// The quarantine's record of `item`, received from `url`, which is not an envelope (`why`):
+/// its text's start, filed under [`malformed_event_id`].
+fn malformed(item: &ListItem<'_>, url: &str, why: &str) -> HeldEvent {
+    HeldEvent {
+        event_id: malformed_event_id(item),
+        relay: url.to_owned(),
+        detail: format!("not an envelope: {why}"),
+        envelope_json: item.text.chars().take(MAX_MALFORMED_KEPT).collect(),
+        reason: quarantine_reason::MALFORMED_ENVELOPE.into(),
+        at: None,
+    }
+}
+
 /// The event id to file a malformed envelope under: its `eventId` if that is a usable string,
 /// else a digest of its text.
 fn malformed_event_id(item: &ListItem<'_>) -> String {
@@ -228,7 +241,7 @@ impl Engine {
                     }));
                     // The chunk's envelopes claimed in one statement, as far as it goes.
                     let ids: Vec<&str> = envelopes.iter().flatten().map(|e| e.event_id.as_str()).collect();
-                    let mut claimed = self.claim_run(&mut run, &ids)?;
+                    let mut claimed = run.claim_run(&ids)?;
                     for (k, (item, read)) in chunk.iter().zip(envelopes.drain(..)).enumerate() {
                         let opened = openings.as_ref().and_then(|o| o[c * CLAIM_RUN + k].as_deref());
                         let outcome = match read {
@@ -238,16 +251,7 @@ impl Engine {
                                 self.process(&mut run, &identity, url, &env, arrival, now)?
                             }
                             Err(e) => {
-                                let kept: String = item.text.chars().take(MAX_MALFORMED_KEPT).collect();
-                                let held = HeldEvent {
-                                    event_id: malformed_event_id(item),
-                                    relay: url.to_owned(),
-                                    detail: format!("not an envelope: {e}"),
-                                    envelope_json: kept,
-                                    reason: quarantine_reason::MALFORMED_ENVELOPE.into(),
-                                    at: None,
-                                };
-                                inbox::quarantine(tx, &held, now)?;
+                                inbox::quarantine(tx, &malformed(item, url, &e.to_string()), now)?;
                                 Outcome::Quarantined
                             }
                         };
