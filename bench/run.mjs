@@ -302,6 +302,10 @@ if (r.localWrite) {
     const step = (k) => fmt(median(r.bulk.map((x) => x.apiSteps[k])), 1);
     row('bulk through the package\'s path, by step: ops to JSON text (JS) · parse into ops · write (rows, intents, request record, commit) · answer text + JSON.parse · flush, ms',
       ['text', 'parse', 'write', 'answer', 'flush'].map(step).join(' · '), 'medians; a run of its own');
+    if (r.bulk[0].apiScatteredSteps) {
+      const stepS = (k) => fmt(median(r.bulk.map((x) => x.apiScatteredSteps[k])), 1);
+      row('… with ids in no order, by the same steps, ms', ['text', 'parse', 'write', 'answer', 'flush'].map(stepS).join(' · '), 'medians; a run of its own');
+    }
   }
   if (r.bulk[0].listMs !== undefined) {
     row('list 10,000 rows: the engine\'s read, ms', spread(r.bulk.map((x) => x.listMs)));

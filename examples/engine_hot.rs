@@ -70,6 +70,14 @@ mod native {
         }
     }
 
+    /// SplitMix64's finalizer: `i` in no order, the same every run.
+    fn mix(i: u64) -> u64 {
+        let mut x = i.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        x ^ (x >> 31)
+    }
+
     #[tokio::main(flavor = "current_thread")]
     pub async fn main() {
         let n: u32 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(50_000);
@@ -93,11 +101,14 @@ mod native {
             });
         });
         let a = engine(&relay);
+        // `scattered` (third argument): ids in no order, as random UUIDs are.
+        let scattered = std::env::args().nth(3).as_deref() == Some("scattered");
+        let id = |i: u32| if scattered { format!("{:016x}", mix(u64::from(i))) } else { format!("row-{i:08}") };
         let ops: Vec<Op> = (0..n)
             .map(|i| Op::Insert {
                 table: "todos".into(),
                 row: Json::object([
-                    ("id", Json::from(format!("row-{i:08}"))),
+                    ("id", Json::from(id(i))),
                     ("title", Json::from(format!("todo number {i} with a realistic title"))),
                     ("done", Json::Bool(i % 3 == 0)),
                     ("position", Json::from(i)),

@@ -298,6 +298,35 @@ async fn api_bulk(
     Ok((ms, api))
 }
 
+/// [`api_bulk`] again on a database of its own, split into its steps (ms): the ops' JSON text
+/// in JavaScript, its parse into ops, the write (rows, intents, the request's record, the
+/// commit), the answer's text and its `JSON.parse`, the storage's flush.
+async fn api_steps(
+    storage: &Storage,
+    tag: &str,
+    js_ops: &Array,
+    plain_json: &JsValue,
+) -> Result<serde_json::Value, JsValue> {
+    let (split, split_name) = storage.engine(KEY, vec![], tag).await?;
+    let t0 = now();
+    let text = ops_text(plain_json, js_ops)?;
+    let t1 = now();
+    let ops = super::writes::parse_ops(super::writes::ops_as_json(js_ops, text.as_deref())?)?;
+    let t2 = now();
+    let written = split.write_rows(&ops, Some("bench-request")).map_err(js_err)?;
+    let t3 = now();
+    let answer = js_sys::JSON::parse(&written.into_canonical_json())?;
+    let t4 = now();
+    storage.durable(&split_name).await?;
+    let t5 = now();
+    if Array::from(&answer).length() != js_ops.length() {
+        return Err(js_err(format!("the split path answered with a different number of rows ({tag})")));
+    }
+    Ok(serde_json::json!({
+        "text": t1 - t0, "parse": t2 - t1, "write": t3 - t2, "answer": t4 - t3, "flush": t5 - t4,
+    }))
+}
+
 /// `n` rows in one transaction: bare prepared INSERTs vs engine mutations vs the package's path
 /// (`plain_json`: the package's `plainJson`, as its worker uses it). Durations in ms.
 #[wasm_bindgen(js_name = benchBulk)]
@@ -322,27 +351,8 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     let raw_scattered_ms = raw_bulk(&storage, "raw-bulk-scattered", n, scattered_id).await?;
     let js_ops_scattered: Array = (0..n).map(|i| js_op(&todo_as(scattered_id(i), i))).collect();
     let (api_scattered_ms, _) = api_bulk(&storage, "api-bulk-scattered", &js_ops_scattered, &plain_json).await?;
-    // The same path again on a database of its own, split into its steps (ms): the ops' JSON
-    // text in JavaScript, its parse into ops, the write (rows, intents, the request's record,
-    // the commit), the answer's text and its `JSON.parse`, the storage's flush.
-    let (split, split_name) = storage.engine(KEY, vec![], "api-bulk-split").await?;
-    let t0 = now();
-    let text = ops_text(&plain_json, &js_ops)?;
-    let t1 = now();
-    let ops = super::writes::parse_ops(super::writes::ops_as_json(&js_ops, text.as_deref())?)?;
-    let t2 = now();
-    let written = split.write_rows(&ops, Some("bench-request")).map_err(js_err)?;
-    let t3 = now();
-    let answer = js_sys::JSON::parse(&written.into_canonical_json())?;
-    let t4 = now();
-    storage.durable(&split_name).await?;
-    let t5 = now();
-    if Array::from(&answer).length() != n {
-        return Err(js_err("the split path answered with a different number of rows"));
-    }
-    let api_steps = serde_json::json!({
-        "text": t1 - t0, "parse": t2 - t1, "write": t3 - t2, "answer": t4 - t3, "flush": t5 - t4,
-    });
+    let steps = api_steps(&storage, "api-bulk-split", &js_ops, &plain_json).await?;
+    let scattered_steps = api_steps(&storage, "api-bulk-scattered-split", &js_ops_scattered, &plain_json).await?;
     // Reading them back (`list`): the engine's read, then the two ways to JS values — one call
     // out of the module per key and value (`to_js`), or one text through `JSON.parse`
     // (`array_to_js`, what `Engine.list` and `query` use).
@@ -376,7 +386,7 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
         return Err(js_err("the two change events differ"));
     }
     Ok(serde_to_js(&serde_json::json!({
-        "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "apiSteps": api_steps, "sealMs": seal_ms, "sealed": sealed,
+        "rawMs": raw_ms, "engineMs": engine_ms, "apiMs": api_ms, "apiSteps": steps, "apiScatteredSteps": scattered_steps, "sealMs": seal_ms, "sealed": sealed,
         "rawScatteredMs": raw_scattered_ms, "apiScatteredMs": api_scattered_ms,
         "listMs": list_ms, "listByValueMs": by_value_ms, "listByTextMs": by_text_ms,
         "eventByValueMs": event_by_value_ms, "eventByTextMs": event_by_text_ms,
