@@ -4,7 +4,8 @@
 //! transaction (`once-after-bulk`: then 1000 single writes with request ids; `upsert-after-bulk`: then
 //! the same rows as upserts, all of them there), for exact instruction counts of that phase with
 //! `valgrind --tool=callgrind`: this VM has no hardware counters for `perf stat`; the restore alone
-//! with `--collect-atstart=no --toggle-collect='*Restore*poll*'`).
+//! with `--collect-atstart=no --toggle-collect='*Restore*poll*'`). A third argument `scattered`
+//! makes the rows' ids in no order, as random UUIDs are.
 
 #[cfg(not(target_arch = "wasm32"))]
 fn main() {

@@ -379,6 +379,7 @@ pub async fn open_database(pages: &PageStore, name: &str, page_size: u32) -> Res
     }
     let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_CREATE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     let conn = Connection::open_with_flags_and_vfs(name, flags, VFS_NAME)?;
+    super::size_lookaside(&conn);
     conn.execute_batch(&format!("PRAGMA page_size = {page_size};"))?;
     // Journals live in memory: flushes see only committed states (module docs).
     conn.execute_batch(

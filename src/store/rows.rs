@@ -146,7 +146,7 @@ impl<'c> RowWriter<'c> {
         Ok(declined.is_empty())
     }
 
-    /// Writes `rows` of `table` in order, as [`Self::write`] each would, and adds to `declined`
+    /// Writes `rows` of `table` as [`Self::write`] each would in turn, and adds to `declined`
     /// the index of every row `mode` declined (a live row for an insert, a row with a version at
     /// least as new for a pulled one). Runs of [`run_len`] rows go in one plain `INSERT OR FAIL` each
     /// ([`write_sql`]): a statement per row spent most of its ~5,500 instructions of SQLite's
@@ -157,13 +157,15 @@ impl<'c> RowWriter<'c> {
     /// rows before, as many as SQLite counts as changed, and that row and the rest of the run are
     /// then written one a statement in `mode` (revived, replaced, newer, or declined).
     ///
-    /// Rows whose ids are in no order (random UUIDs) are written in id order — a stable sort, so
-    /// two versions of one id keep theirs, and rows of different ids do not meet. Each row then
-    /// lands next to the one before, on pages just searched and balanced: natively −27% of the
-    /// rows' write for 10,000 random ids, the sort included, as much of SQLite's balancing of
-    /// pages (BENCHMARKS.md, issue 17 round twenty-eight). The table's pages come out about as
-    /// many either way.
-    /// `declined` still holds the indexes of `rows`, ascending.
+    /// Rows whose ids are in no order (random UUIDs) are written in id order, a stable sort: two
+    /// versions of one id keep their order, and what is written of a row depends on no row of
+    /// another id — app tables have no constraint but the primary key and no trigger (a UNIQUE
+    /// column or a foreign key would make the order seen: which row fails). Each row then lands
+    /// next to the one before, on pages just searched and balanced: natively −25% of the rows'
+    /// write for 10,000 random ids, the sort included (BENCHMARKS.md, issue 17 round
+    /// twenty-eight); the table's pages come out about as many either way. On success
+    /// `declined` holds the indexes of `rows`, ascending (on an error, the transaction is rolled
+    /// back and what it holds is not meant to be read).
     pub(crate) fn write_all(
         &mut self,
         table: &Table,

@@ -347,7 +347,8 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     let js_ops: Array = (0..n).map(|i| js_op(&todo(i))).collect();
     let (api_ms, api) = api_bulk(&storage, "api-bulk", &js_ops, &plain_json).await?;
     // The same with ids in no order (random UUIDs, as many apps make them): the floor, and the
-    // package's path. Each row then lands on a page of its own in the table's b-tree.
+    // package's path. Each row of the floor's lands on a page of its own in the index's b-tree
+    // (the package's path writes a run's rows in id order).
     let raw_scattered_ms = raw_bulk(&storage, "raw-bulk-scattered", n, scattered_id).await?;
     let js_ops_scattered: Array = (0..n).map(|i| js_op(&todo_as(scattered_id(i), i))).collect();
     let (api_scattered_ms, _) = api_bulk(&storage, "api-bulk-scattered", &js_ops_scattered, &plain_json).await?;

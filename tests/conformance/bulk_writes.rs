@@ -65,6 +65,37 @@ async fn a_bulk_insert_writes_every_row_and_one_intent_each_in_the_order_of_the_
     }
 }
 
+/// Inserts of ids `r-0099` down to `r-0000`: in no order for the table, which writes them in id
+/// order.
+fn inserts_falling() -> Vec<Op> {
+    (0..100).rev().map(|i| Op::Insert { table: "todos".into(), row: todo(&id(i), &format!("title {i}")) }).collect()
+}
+
+#[test]
+async fn rows_in_no_order_are_answered_and_queued_in_the_order_of_the_ops() {
+    let d = device().await;
+    let written = d.engine.transaction(&inserts_falling()).unwrap();
+    let answered: Vec<&str> = written.iter().map(|r| r.get("id").unwrap().as_str().unwrap()).collect();
+    let falling: Vec<String> = (0..100).rev().map(id).collect();
+    assert_eq!(answered, falling);
+    let queued: Vec<String> = intent_list(&d).into_iter().map(|(_, _, row_id)| row_id).collect();
+    assert_eq!(queued, falling, "intents in the order of the ops and of their versions");
+    for row in &written {
+        let stored = d.engine.get("todos", row.get("id").unwrap().as_str().unwrap()).unwrap().unwrap();
+        assert_eq!(&stored, row);
+    }
+}
+
+#[test]
+async fn of_two_live_ids_among_rows_in_no_order_the_first_op_s_is_already_exists() {
+    let d = device().await;
+    d.engine.insert("todos", todo(&id(20), "live")).unwrap();
+    d.engine.insert("todos", todo(&id(80), "live")).unwrap();
+    // r-0080 is op 19 and r-0020 op 79; in id order r-0020 comes first.
+    assert_eq!(already_exists_id(d.engine.transaction(&inserts_falling())), id(80));
+    assert_eq!(rows(&d), 2.0, "nothing of the transaction is written");
+}
+
 #[test]
 async fn an_insert_of_a_live_id_inside_a_run_is_already_exists_for_that_id_and_writes_nothing() {
     let d = device().await;
