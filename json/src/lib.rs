@@ -15,3 +15,4 @@ pub mod json_parse;
 mod object;
 #[doc(hidden)] // for the protocol's envelope check, not an API of this crate
 pub mod scan;
+pub mod sort;

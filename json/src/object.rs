@@ -29,7 +29,7 @@ impl JsonObject {
         let in_order = members.windows(2).all(|w| cmp_wtf8(w[0].0.as_wtf8(), w[1].0.as_wtf8()).is_lt());
         if !in_order {
             // Stable: of equal keys the last given stays last, and is the one kept.
-            members.sort_by(|a, b| cmp_wtf8(a.0.as_wtf8(), b.0.as_wtf8()));
+            crate::sort::stable_sort_by(&mut members, |a, b| cmp_wtf8(a.0.as_wtf8(), b.0.as_wtf8()).is_lt());
             let mut unique: Vec<(JsonString, Json)> = Vec::with_capacity(members.len());
             for m in members {
                 match unique.last_mut() {

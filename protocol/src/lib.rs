@@ -10,7 +10,7 @@
 //! [`blob`] seals large binaries outside the log.
 
 pub mod base64url;
-pub use simplysync_json::{canonical, json, json_parse};
+pub use simplysync_json::{canonical, json, json_parse, sort};
 mod bip39_english;
 pub mod blob;
 pub mod entropy;

@@ -6,6 +6,7 @@ use rusqlite::{CachedStatement, Connection, OptionalExtension, Row};
 
 use super::schema::{quote, Table};
 use super::{is_taken_id, StoreError};
+use crate::protocol::sort;
 
 /// One stored row: system columns plus app values in the table's column order.
 #[derive(Debug, Clone, PartialEq)]
@@ -184,8 +185,8 @@ impl<'c> RowWriter<'c> {
             b[..n].copy_from_slice(&id.as_bytes()[..n]);
             u64::from_be_bytes(b)
         };
-        let keyed: Vec<(u64, usize)> = rows.iter().enumerate().map(|(i, r)| (prefix(&r.id), i)).collect();
-        let order = merge_sort(keyed, |a, b| a.0 < b.0 || (a.0 == b.0 && rows[a.1].id < rows[b.1].id));
+        let mut order: Vec<(u64, usize)> = rows.iter().enumerate().map(|(i, r)| (prefix(&r.id), i)).collect();
+        sort::stable_sort_by(&mut order, |a, b| a.0 < b.0 || (a.0 == b.0 && rows[a.1].id < rows[b.1].id));
         let sorted: Vec<&RowData> = order.iter().map(|&(_, i)| rows[i]).collect();
         let from = declined.len();
         self.write_in_key_order(table, &sorted, mode, declined)?;
@@ -246,34 +247,6 @@ impl<'c> RowWriter<'c> {
         }
         Ok(())
     }
-}
-
-/// `items` sorted by `less`, stably (equal items keep their order): a merge sort, bottom up.
-/// The standard library's sorts are faster on runs already in order, but each element type
-/// they sort adds ~5 KB to the package (BENCHMARKS.md, issue 17 round twenty-eight).
-fn merge_sort<T: Copy>(items: Vec<T>, less: impl Fn(&T, &T) -> bool) -> Vec<T> {
-    let n = items.len();
-    let (mut from, mut to) = (items.clone(), items);
-    let mut width = 1;
-    while width < n {
-        for start in (0..n).step_by(2 * width) {
-            let (mid, end) = ((start + width).min(n), (start + 2 * width).min(n));
-            let (mut i, mut j) = (start, mid);
-            for slot in &mut to[start..end] {
-                // From the right half only when strictly less: equal items keep their order.
-                if j < end && (i == mid || less(&from[j], &from[i])) {
-                    *slot = from[j];
-                    j += 1;
-                } else {
-                    *slot = from[i];
-                    i += 1;
-                }
-            }
-        }
-        std::mem::swap(&mut from, &mut to);
-        width *= 2;
-    }
-    from
 }
 
 /// Binds `row` as the `k`th row of a write's parameters. A held statement keeps its bindings
@@ -432,18 +405,6 @@ mod runs {
         x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
         let prefix = if i % 2 == 1 { "8/items/" } else { "" };
         RowData { id: format!("{prefix}{:016x}", x ^ (x >> 31)), ..row(0, version) }
-    }
-
-    #[test]
-    fn the_merge_sort_sorts_stably_at_every_length() {
-        for n in [0, 1, 2, 3, 5, 8, 33, 64, 100, 1000] {
-            // Keys with many repeats, each item tagged with its place.
-            let items: Vec<(u64, usize)> =
-                (0..n).map(|i| (scattered(i as u64, "").id.as_bytes()[3] as u64 % 7, i)).collect();
-            let mut expected = items.clone();
-            expected.sort_by_key(|x| x.0);
-            assert_eq!(merge_sort(items, |a, b| a.0 < b.0), expected, "{n} items");
-        }
     }
 
     #[test]

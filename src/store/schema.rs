@@ -339,7 +339,7 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
         ("deleted".to_owned(), RowField::Deleted),
     ];
     fields.extend(def.columns.iter().enumerate().map(|(i, c)| (c.name.clone(), RowField::Column(i))));
-    fields.sort_by(|a, b| a.0.cmp(&b.0));
+    crate::protocol::sort::stable_sort_by(&mut fields, |a, b| a.0 < b.0);
     Ok(Table { name: def.name, columns: def.columns, sql, fields })
 }
 
