@@ -21,7 +21,7 @@ mod native {
     use std::time::Instant;
 
     use simplysync::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
-    use simplysync::engine::{Engine, EngineConfig, Env, Op, SyncTrigger};
+    use simplysync::engine::{Engine, EngineConfig, Env, Op, Request, SyncTrigger};
     use simplysync::native::{HttpTransport, SystemClock};
     use simplysync::protocol::entropy::OsEntropy;
     use simplysync::protocol::Json;
@@ -119,8 +119,9 @@ mod native {
         let mode = std::env::args().nth(2);
         let t = Instant::now();
         if matches!(mode.as_deref(), Some("bulk-once" | "once-after-bulk")) {
-            // The package's path: every call from a tab carries a request id (at most once).
-            a.transaction_once("bench-request", &ops).unwrap();
+            // The package's path: every call from a tab carries a request id (at most once), sent
+            // for the first time.
+            a.write_rows(&ops, Some(Request::first("bench-request"))).unwrap();
         } else {
             a.transaction(&ops).unwrap();
         }
@@ -135,7 +136,7 @@ mod native {
                 })
                 .collect();
             let t = Instant::now();
-            a.transaction_once("bench-upserts", &upserts).unwrap();
+            a.write_rows(&upserts, Some(Request::first("bench-upserts"))).unwrap();
             println!("upserts of rows there {:>8.0} rows/s", n as f64 / t.elapsed().as_secs_f64());
             return;
         }
@@ -144,7 +145,8 @@ mod native {
             let t = Instant::now();
             for i in 0..1000 {
                 let row = Json::object([("id", Json::from(format!("single-{i}"))), ("title", Json::from("one"))]);
-                a.transaction_once(&format!("single:{i}"), &[Op::Insert { table: "todos".into(), row }]).unwrap();
+                let request = format!("single:{i}");
+                a.write_rows(&[Op::Insert { table: "todos".into(), row }], Some(Request::first(&request))).unwrap();
             }
             println!("single writes after a recorded bulk {:>8.0} writes/s", 1000.0 / t.elapsed().as_secs_f64());
             return;

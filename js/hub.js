@@ -233,7 +233,7 @@ export class Hub {
     }, delay);
   }
 
-  #toWorker(method, args, requestId, timeoutMs) {
+  #toWorker(method, args, requestId, timeoutMs, firstSend = false) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
     const id = randomId();
     return new Promise((resolve, reject) => {
@@ -249,7 +249,7 @@ export class Hub {
         fn(v);
       };
       this.#workerCalls.set(id, { resolve: done(resolve), reject: done(reject) });
-      this.#worker.postMessage({ id, method, args, requestId });
+      this.#worker.postMessage({ id, method, args, requestId, firstSend });
     });
   }
 
@@ -357,7 +357,7 @@ export class Hub {
         this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error });
         return;
       }
-      this.#run(msg.method, msg.args, msg.requestId).then(
+      this.#run(msg.method, msg.args, msg.requestId, msg.firstSend === true).then(
         (value) => this.#send(msg.from, { type: 'result', id: msg.id, ok: true, value }),
         (e) => this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error: toWire(e) }),
       );
@@ -369,13 +369,13 @@ export class Hub {
   // ---- calls -------------------------------------------------------------------------------
 
   /** Runs a call on this tab's worker (leader only). */
-  async #run(method, args, requestId) {
+  async #run(method, args, requestId, firstSend) {
     if (method === 'info') return this.info;
     if (method === 'storageInfo') {
       await this.#persistAnswer;
       return this.info.storage;
     }
-    const value = await this.#toWorker(method, args, requestId);
+    const value = await this.#toWorker(method, args, requestId, undefined, firstSend);
     if (method === 'reset') this.#afterReset();
     return value;
   }
@@ -383,17 +383,20 @@ export class Hub {
   #dispatch(id) {
     const call = this.#calls.get(id);
     if (!call) return;
+    // Never sent before (to any tab): the engine need not look for its request's record. Only a
+    // call the previous leader may have run is sent again, and it says so by leaving this out.
+    const firstSend = call.sentTo === null;
     if (this.role === 'leader') {
       if (call.sentTo === this.tabId) return;
       call.sentTo = this.tabId;
-      this.#run(call.method, call.args, call.requestId).then(
+      this.#run(call.method, call.args, call.requestId, firstSend).then(
         (v) => this.#calls.settle(id, true, v),
         (e) => this.#calls.settle(id, false, e),
       );
     } else if (this.leaderId && call.sentTo !== this.leaderId) {
       call.sentTo = this.leaderId;
       const { method, args, requestId } = call;
-      this.#send(this.leaderId, { type: 'call', id, from: this.tabId, method, args, requestId });
+      this.#send(this.leaderId, { type: 'call', id, from: this.tabId, method, args, requestId, firstSend });
     }
   }
 

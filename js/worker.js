@@ -1,5 +1,5 @@
 // The dedicated worker that owns one database: OPFS's SyncAccessHandle pool exists only in
-// dedicated workers. It loads the wasm engine, answers {id, method, args, requestId} messages
+// dedicated workers. It loads the wasm engine, answers {id, method, args, requestId, firstSend} messages
 // from the tab that started it, posts engine events ({event, data}) back, and keeps the secret
 // in custody (custody.js). A Rust panic traps the wasm module: the answer then says `fatal`,
 // with the panic's message, and the tab starts a fresh worker.
@@ -98,7 +98,7 @@ async function reset() {
   return null;
 }
 
-async function run(method, args, requestId) {
+async function run(method, args, requestId, firstSend) {
   if (method === 'open') return open(...args);
   if (method === 'close') return close();
   if (method === 'reset') return reset();
@@ -107,7 +107,7 @@ async function run(method, args, requestId) {
     const padded = args.slice(0, MUTATING[method]);
     while (padded.length < MUTATING[method]) padded.push(undefined);
     const value = method === 'transaction'
-      ? engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]))
+      ? engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]), firstSend === true)
       : await engine[method](...padded, requestId ?? undefined);
     if (method === 'rekey' || method === 'confirmRekey') {
       post({ event: 'owner', data: engine.ownerId });
@@ -120,11 +120,11 @@ async function run(method, args, requestId) {
 }
 
 self.onmessage = async ({ data }) => {
-  const { id, method, args, requestId } = data;
+  const { id, method, args, requestId, firstSend } = data;
   let value;
   try {
     await ready;
-    value = await run(method, args ?? [], requestId);
+    value = await run(method, args ?? [], requestId, firstSend);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {
       const message = takePanicMessage() ?? e.message;

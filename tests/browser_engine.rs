@@ -278,8 +278,8 @@ async fn ops_sent_as_json_text_write_exactly_what_the_same_ops_as_values_write()
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let e = open(secret, options(&unique("ops-text"), &[], false)).await.unwrap();
     let text = plain_json(&awkward_insert("t")).as_string().expect("plain data has a JSON text");
-    let by_text = Array::from(&e.transaction(awkward_insert("t"), None, Some(text)).unwrap()).get(0);
-    let by_values = Array::from(&e.transaction(awkward_insert("v"), None, None).unwrap()).get(0);
+    let by_text = Array::from(&e.transaction(awkward_insert("t"), None, Some(text), None).unwrap()).get(0);
+    let by_values = Array::from(&e.transaction(awkward_insert("v"), None, None, None).unwrap()).get(0);
     assert_eq!(get(&by_text, "id"), "t");
     let answer = data_of(&by_text);
     assert!(answer.contains(r#""\udfff""#) && answer.contains("1e+21"), "{answer}");
@@ -287,6 +287,23 @@ async fn ops_sent_as_json_text_write_exactly_what_the_same_ops_as_values_write()
     let stored = |id: &str| data_of(&e.get("todos".into(), id.into()).unwrap());
     assert_eq!(stored("t"), stored("v"), "the stored rows");
     assert_eq!(stored("t"), answer, "the answer is the stored row");
+}
+
+#[wasm_bindgen_test]
+async fn a_first_send_writes_without_looking_and_a_re_send_is_answered_from_the_record_on_its_intent() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let e = open(secret, options(&unique("first-send"), &[], false)).await.unwrap();
+    let insert = || js(r#"[{"op": "insert", "table": "todos", "row": {"id": "once", "title": "x"}}]"#);
+    let first = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, Some(true)).unwrap()).get(0);
+    let carried = e.query("SELECT request_id FROM _sync_outbox WHERE request_id IS NOT NULL".into(), js("[]")).unwrap();
+    assert_eq!(Array::from(&carried).length(), 1, "the record is on the intent");
+    // Sent again (a new leader tab runs it): answered from the record, nothing written.
+    let again = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, None).unwrap()).get(0);
+    assert_eq!(get(&again, "updatedAt"), get(&first, "updatedAt"));
+    assert_eq!(data_of(&again), data_of(&first));
+    // A first send is believed: the same id said to be new is not looked up.
+    let err = e.transaction(insert(), Some("tab:1".into()), None, Some(true)).unwrap_err();
+    assert_eq!(get(&err, "code"), "ALREADY_EXISTS");
 }
 
 #[wasm_bindgen_test]
@@ -301,7 +318,7 @@ async fn ops_text_the_parser_refuses_falls_back_to_the_values_and_their_error() 
     let ops = js(&deep);
     assert!(plain_json(&ops).is_undefined(), "the worker sends no text for it");
     let text = js_sys::JSON::stringify(&ops).unwrap().as_string().unwrap();
-    let err = e.transaction(ops, None, Some(text)).unwrap_err();
+    let err = e.transaction(ops, None, Some(text), None).unwrap_err();
     assert_eq!(get(&err, "code"), "INVALID_ARGUMENT");
     let message = get(&err, "message").as_string().unwrap();
     assert!(message.starts_with("ops[0].row.meta[0]") && message.contains("nested deeper"), "{message}");
@@ -332,7 +349,7 @@ async fn a_proto_key_comes_back_as_an_own_key_from_the_conversion_writes_and_rea
     let ops = js(r#"[{"op": "insert", "table": "todos", "row": {"id": "q", "meta": {"__proto__": {"polluted": 1}}}}]"#);
     let text = plain_json(&ops).as_string();
     assert!(text.is_some(), "an own __proto__ key is plain data");
-    let written = Array::from(&e.transaction(ops, None, text).unwrap()).get(0);
+    let written = Array::from(&e.transaction(ops, None, text, None).unwrap()).get(0);
     assert_own_proto_key(&get(&written, "meta"));
     assert_own_proto_key(&get(&e.get("todos".into(), "p".into()).unwrap(), "meta"));
     let listed = Array::from(&e.list("todos".into(), JsValue::UNDEFINED).unwrap());
@@ -391,13 +408,13 @@ async fn malformed_ops_are_refused_naming_the_op_and_the_field_whether_sent_as_t
     ];
     for (ops, message) in cases {
         for text in [Some(ops.clone()), None] {
-            let err = e.transaction(js(&ops), None, text.clone()).unwrap_err();
+            let err = e.transaction(js(&ops), None, text.clone(), None).unwrap_err();
             assert_eq!(get(&err, "code"), "INVALID_ARGUMENT", "{ops}");
             assert_eq!(get(&err, "message"), message, "{ops} (as text: {})", text.is_some());
         }
     }
     // The text, when it parses, is what is read: here it is malformed and the values are not.
-    let err = e.transaction(js(&format!("[{ok}]")), None, Some("[7]".into())).unwrap_err();
+    let err = e.transaction(js(&format!("[{ok}]")), None, Some("[7]".into()), None).unwrap_err();
     assert_eq!(get(&err, "message"), "ops[0] must be an object");
     assert!(e.get("todos".into(), "ok".into()).unwrap().is_null(), "a refused transaction writes nothing");
 }

@@ -74,7 +74,7 @@ async fn every_flushed_commit_survives_a_new_worker_and_unflushed_ones_are_not_h
             )
         })
         .collect();
-    e.transaction(js(&format!("[{}]", ops.join(","))), None, None).unwrap();
+    e.transaction(js(&format!("[{}]", ops.join(","))), None, None, None).unwrap();
     e.flush().await.unwrap();
     assert_eq!(simplysync::store::idb::dirty_pages(&db), 0, "everything reached IndexedDB");
     e.insert("todos".into(), js(r#"{"id": "unsaved", "title": "never flushed"}"#)).unwrap();
@@ -163,7 +163,7 @@ async fn an_indexeddb_transaction_that_fails_midway_leaves_the_last_committed_st
             )
         })
         .collect();
-    e.transaction(js(&format!("[{}]", ops.join(","))), None, None).unwrap();
+    e.transaction(js(&format!("[{}]", ops.join(","))), None, None, None).unwrap();
     assert!(simplysync::store::idb::dirty_pages(&db) > 2, "the write spans several pages");
     assert!(e.flush().await.is_err(), "the aborted transaction is reported");
     close_like_a_reload(e, &db);

@@ -56,6 +56,7 @@ pub use mutate::{Op, Written, WrittenRows};
 pub use opened::{open_page, pack_openings, unpack_openings, PageToOpen};
 pub use read::ListOptions;
 pub use relay::{RelayErrorInfo, RelayState, RelayStatus, SetAsideInfo};
+pub use requests::{Request, RECORD_ON_INTENT_MAX};
 pub use sync::{
     PullTimings, RelayPassReport, SyncReport, SyncTrigger, MAX_PUSH_BYTES, MAX_RESEED_WINDOW_MS, RELAY_PASS_BUDGET_MS,
     RESEED_WINDOW_MS,

@@ -11,6 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::Connection;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::requests::Request;
 use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
 use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
@@ -413,18 +414,27 @@ impl Engine {
     /// Like [`Self::transaction`], but at most once per `request_id`: the id and the result
     /// are recorded in the same SQLite transaction as the writes, and a repeated id returns the
     /// recorded rows without writing again. Lets a caller re-send a call whose answer it lost
-    /// (a tab whose leader closed mid-call). Ids are kept for a day.
+    /// (a tab whose leader closed mid-call). Ids are kept for a day (see [`Request`]).
+    ///
+    /// Every call is looked up as a possible re-send, which reads the outbox's pending intents
+    /// (their records have no index); a caller that knows a call is its first send — most of
+    /// them — passes [`Request::first`] to [`Self::write_rows`] instead.
     pub fn transaction_once(&self, request_id: &str, ops: &[Op]) -> Result<Vec<Json>, EngineError> {
-        Ok(self.write_rows(ops, Some(request_id))?.into_json())
+        Ok(self.write_rows(ops, Some(Request::resendable(request_id)))?.into_json())
     }
 
     /// [`Self::transaction`] (no `request_id`) or [`Self::transaction_once`], answering with
     /// the rows themselves: what the browser edge turns into JS objects.
-    pub fn write_rows(&self, ops: &[Op], request_id: Option<&str>) -> Result<WrittenRows<'_>, EngineError> {
-        if let Some(id) = request_id {
-            super::requests::validate_request_id(id)?;
-            if let Some(text) = self.recorded_request(id)? {
-                return self.replay_rows(id, &text, ops).map(WrittenRows::Recorded);
+    ///
+    /// A request's record is looked for only when it may have been sent before
+    /// ([`Request::first_send`] false): a first send skips the lookup.
+    pub fn write_rows(&self, ops: &[Op], request: Option<Request<'_>>) -> Result<WrittenRows<'_>, EngineError> {
+        if let Some(r) = request {
+            super::requests::validate_request_id(r.id)?;
+            if !r.first_send {
+                if let Some(text) = system::transaction_request(&self.db.borrow(), r.id)? {
+                    return self.replay_rows(r.id, &text, ops).map(WrittenRows::Recorded);
+                }
             }
         }
         // The clock is not written here: every HLC a mutation issues lands in its row and its
@@ -433,8 +443,9 @@ impl Engine {
         // issue 17 round three).
         let (changes, rows) = self.write(|tx| {
             let (changes, rows) = self.stage_all(tx, ops)?;
-            if let Some(id) = request_id {
-                self.write_request(tx, id, &canonical_rows(&rows, Some(ops)))?;
+            if let Some(r) = request {
+                let last = rows.last().map(|w| w.row.updated_at.as_str());
+                self.record_transaction(tx, r.id, last, &canonical_rows(&rows, Some(ops)))?;
             }
             Ok((changes, rows))
         })?;

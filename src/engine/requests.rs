@@ -1,7 +1,8 @@
 //! At-most-once calls. A caller that may re-send a call whose answer it lost (a browser tab
 //! whose leader tab closed mid-call) passes a request id: the id and the call's result are
 //! recorded in the same SQLite transaction as the call's effect, and a repeated id returns the
-//! recorded result without doing anything again. Ids are kept for a day.
+//! recorded result without doing anything again. Ids are kept for a day (a transaction's, while
+//! its write waits in the outbox and a day after it).
 
 use std::future::Future;
 
@@ -20,6 +21,34 @@ pub const REQUEST_TTL_MS: u64 = 24 * 3600 * 1000;
 /// after the id.
 pub const REQUEST_SWEEP_MS: u64 = 10 * 60 * 1000;
 
+/// The largest record of a transaction's result kept on its outbox intent: a single write's
+/// (an HLC, or an update's row) fits; a bulk write's goes to `_sync_requests`, where it is
+/// written once, not again each time the intent is sealed and marked pushed.
+pub const RECORD_ON_INTENT_MAX: usize = 1024;
+
+/// A transaction's request id, and whether the caller knows this is its first send.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// 1–128 characters, never used for another call.
+    pub id: &'a str,
+    /// The caller has not sent a call with this id before (to any engine): no record of it can
+    /// exist, so none is looked for. The package's tabs say so for every call but a re-send
+    /// (`js/hub.js`); a re-send, or a caller that cannot tell, leaves it false.
+    pub first_send: bool,
+}
+
+impl<'a> Request<'a> {
+    /// A request that may have been sent before: its record is looked for.
+    pub fn resendable(id: &'a str) -> Self {
+        Request { id, first_send: false }
+    }
+
+    /// A request its caller has never sent before.
+    pub fn first(id: &'a str) -> Self {
+        Request { id, first_send: true }
+    }
+}
+
 pub(crate) fn validate_request_id(id: &str) -> Result<(), EngineError> {
     if id.is_empty() || id.len() > 128 {
         return Err(EngineError::InvalidQuery("requestId must be 1–128 characters".into()));
@@ -34,14 +63,41 @@ impl Engine {
     }
 
     /// Writes `request_id` and `result` inside `tx` (with the effect), and forgets ids older
-    /// than a day — swept at most every [`REQUEST_SWEEP_MS`]: the sweep reads every record
-    /// (no index on `at`, and `result` — a bulk write's whole answer — precedes it), which on
-    /// every write made each write pay for all the others of the day (BENCHMARKS.md, issue 17
-    /// round six).
+    /// than a day (see [`Self::sweep_requests`]).
     pub fn write_request(&self, tx: &Connection, request_id: &str, result: &str) -> Result<(), EngineError> {
-        let now = self.now();
         tx.prepare_cached("INSERT INTO _sync_requests (id, result, at) VALUES (?1, ?2, ?3)")?
-            .execute(rusqlite::params![request_id, result, now as i64])?;
+            .execute(rusqlite::params![request_id, result, self.now() as i64])?;
+        self.sweep_requests(tx)
+    }
+
+    /// Records a transaction's `request_id` and `result` inside `tx`: on the outbox intent
+    /// `last_event_id` the transaction wrote when the result is at most
+    /// [`RECORD_ON_INTENT_MAX`] bytes — that intent's page is written by the commit anyway, so
+    /// a single write with a request id costs the pages of one without (BENCHMARKS.md, issue 17
+    /// round twenty-nine) — else in `_sync_requests`. A record on an intent moves to
+    /// `_sync_requests` when the intent leaves the outbox (a trigger, `store::system`), so it
+    /// is kept while the write waits to be pushed and a day after the write.
+    pub(crate) fn record_transaction(
+        &self,
+        tx: &Connection,
+        request_id: &str,
+        last_event_id: Option<&str>,
+        result: &str,
+    ) -> Result<(), EngineError> {
+        if let Some(event_id) = last_event_id.filter(|_| result.len() <= RECORD_ON_INTENT_MAX) {
+            if system::record_on_intent(tx, event_id, request_id, result)? {
+                return self.sweep_requests(tx);
+            }
+        }
+        self.write_request(tx, request_id, result)
+    }
+
+    /// Forgets the ids in `_sync_requests` older than a day — at most every
+    /// [`REQUEST_SWEEP_MS`]: the sweep reads every record (no index on `at`, and `result` — a
+    /// bulk write's whole answer — precedes it), which on every write made each write pay for
+    /// all the others of the day (BENCHMARKS.md, issue 17 round six).
+    fn sweep_requests(&self, tx: &Connection) -> Result<(), EngineError> {
+        let now = self.now();
         let swept = self.requests_swept_at.get();
         if swept.is_none_or(|at| now < at || now - at >= REQUEST_SWEEP_MS) {
             tx.prepare_cached("DELETE FROM _sync_requests WHERE at < ?1")?

@@ -15,7 +15,9 @@ CREATE TABLE IF NOT EXISTS _sync_outbox (
     row_id        TEXT NOT NULL,
     envelope_json TEXT,
     created_at    INTEGER NOT NULL,
-    pushed_at     INTEGER
+    pushed_at     INTEGER,
+    request_id     TEXT,
+    request_result TEXT
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS _sync_acks (
     relay    TEXT NOT NULL,
@@ -83,6 +85,17 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
 ) WITHOUT ROWID;
 ";
 
+/// A request's record kept on its transaction's last outbox intent (`Engine::write_rows`)
+/// moves to `_sync_requests` when that intent leaves the outbox — pushed and acknowledged,
+/// superseded, purged or cleared by a re-key — so no path that deletes intents loses it.
+const REQUESTS_TRIGGER: &str = "
+CREATE TRIGGER IF NOT EXISTS _sync_outbox_keeps_requests BEFORE DELETE ON _sync_outbox
+WHEN old.request_id IS NOT NULL
+BEGIN
+    INSERT OR IGNORE INTO _sync_requests (id, result, at) VALUES (old.request_id, old.request_result, old.created_at);
+END;
+";
+
 /// Creates the engine's tables, and moves an outbox of the first layout to the current one.
 ///
 /// The outbox's first layout (up to issue 17's round twenty-three) was a rowid table ordered by
@@ -95,16 +108,19 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
     // Only the first layout has a `seq` column (and a new database no outbox at all).
     if conn.prepare("SELECT seq FROM _sync_outbox").is_err() {
         conn.execute_batch(SYSTEM_DDL)?;
+        add_request_columns(conn)?;
+        conn.execute_batch(REQUESTS_TRIGGER)?;
         return Ok(());
     }
     conn.execute_batch("SAVEPOINT outbox_layout")?;
     let moved = conn.execute_batch("ALTER TABLE _sync_outbox RENAME TO _sync_outbox_first").and_then(|()| {
         conn.execute_batch(SYSTEM_DDL)?;
         conn.execute_batch(
-            "INSERT INTO _sync_outbox
+            "INSERT INTO _sync_outbox (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
                  SELECT event_id, table_name, row_id, envelope_json, created_at, pushed_at FROM _sync_outbox_first;
              DROP TABLE _sync_outbox_first;",
-        )
+        )?;
+        conn.execute_batch(REQUESTS_TRIGGER)
     });
     if let Err(e) = moved {
         // Nothing of the move stays; the old outbox is as it was.
@@ -112,6 +128,18 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
         return Err(e.into());
     }
     conn.execute_batch("RELEASE outbox_layout")?;
+    Ok(())
+}
+
+/// Adds the request columns to an outbox made before issue 17's round twenty-nine (additive:
+/// its rows read them as NULL, no request recorded there).
+fn add_request_columns(conn: &Connection) -> Result<(), StoreError> {
+    if conn.prepare("SELECT request_id FROM _sync_outbox").is_err() {
+        conn.execute_batch(
+            "ALTER TABLE _sync_outbox ADD COLUMN request_id TEXT;
+             ALTER TABLE _sync_outbox ADD COLUMN request_result TEXT;",
+        )?;
+    }
     Ok(())
 }
 
@@ -194,10 +222,34 @@ pub fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The recorded result of a request id (see `Engine::transaction_once`).
+/// The recorded result of a request id in `_sync_requests` (see `Engine::once`).
 pub fn meta_request(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
     Ok(conn
         .prepare_cached("SELECT result FROM _sync_requests WHERE id = ?1")?
         .query_row([id], |r| r.get(0))
         .optional()?)
+}
+
+/// The recorded result of a transaction's request id, in `_sync_requests` or on an outbox
+/// intent (see `Engine::write_rows`). The outbox has no index on `request_id` — one would be
+/// a b-tree more to write per commit — so its part reads every intent: only a call that may
+/// have been sent before asks.
+pub fn transaction_request(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
+    if let Some(result) = meta_request(conn, id)? {
+        return Ok(Some(result));
+    }
+    Ok(conn
+        .prepare_cached("SELECT request_result FROM _sync_outbox WHERE request_id = ?1")?
+        .query_row([id], |r| r.get(0))
+        .optional()?)
+}
+
+/// Records request `id`'s `result` on the outbox intent `event_id` (in the transaction that
+/// wrote it): that intent's page is written by the commit anyway, where a row of
+/// `_sync_requests` — ids in no order — is a page more. False if there is no such intent.
+pub fn record_on_intent(conn: &Connection, event_id: &str, id: &str, result: &str) -> Result<bool, StoreError> {
+    let n = conn
+        .prepare_cached("UPDATE _sync_outbox SET request_id = ?2, request_result = ?3 WHERE event_id = ?1")?
+        .execute(rusqlite::params![event_id, id, result])?;
+    Ok(n == 1)
 }

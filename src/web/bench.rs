@@ -18,7 +18,7 @@ use super::convert::{array_to_js, record_to_js, to_js};
 use super::io::{sleep, DateClock, FetchTransport};
 use crate::engine::io::Clock;
 use crate::engine::schema::{ColumnDef, ColumnType, SchemaDef, TableDef};
-use crate::engine::{ChangeEvent, ChangeSource, Engine, EngineConfig, Env, Op, RowChange, SyncTrigger};
+use crate::engine::{ChangeEvent, ChangeSource, Engine, EngineConfig, Env, Op, Request, RowChange, SyncTrigger};
 use crate::protocol::entropy::{random_bytes, OsEntropy};
 use crate::protocol::{base64url, Json};
 use crate::store::idb::{self, PageStore};
@@ -219,8 +219,9 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
         engine_ms.push(now() - t0);
     }
     let engine_io = opfs_io();
-    // The package's path for one row: a JS op, its JSON text (`plainJson`), a request id (the
-    // answer recorded in the same commit), the row back as a JS object.
+    // The package's path for one row: a JS op, its JSON text (`plainJson`), a request id sent
+    // for the first time (the answer recorded in the same commit, on the row's outbox intent),
+    // the row back as a JS object.
     let (api, api_name) = storage.engine(KEY, vec![], "api-single").await?;
     opfs_io();
     let mut api_ms = Vec::with_capacity(n as usize);
@@ -229,7 +230,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
         let request = format!("bench:{i}");
         let t0 = now();
         let text = ops_text(&plain_json, &op)?;
-        super::writes::transaction(&api, &op, text.as_deref(), Some(&request))?;
+        super::writes::transaction(&api, &op, text.as_deref(), Some(Request::first(&request)))?;
         storage.durable(&api_name).await?;
         api_ms.push(now() - t0);
     }
@@ -289,7 +290,7 @@ async fn api_bulk(
     let (api, name) = storage.engine(KEY, vec![], tag).await?;
     let t0 = now();
     let text = ops_text(plain_json, js_ops)?;
-    let rows = super::writes::transaction(&api, js_ops, text.as_deref(), Some("bench-request"))?;
+    let rows = super::writes::transaction(&api, js_ops, text.as_deref(), Some(Request::first("bench-request")))?;
     storage.durable(&name).await?;
     let ms = now() - t0;
     if Array::from(&rows).length() != js_ops.length() {
@@ -313,7 +314,7 @@ async fn api_steps(
     let t1 = now();
     let ops = super::writes::parse_ops(super::writes::ops_as_json(js_ops, text.as_deref())?)?;
     let t2 = now();
-    let written = split.write_rows(&ops, Some("bench-request")).map_err(js_err)?;
+    let written = split.write_rows(&ops, Some(Request::first("bench-request"))).map_err(js_err)?;
     let t3 = now();
     let answer = js_sys::JSON::parse(&written.into_canonical_json())?;
     let t4 = now();

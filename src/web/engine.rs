@@ -20,7 +20,7 @@ use super::writes::{self, arg_json, bad_arg};
 use crate::engine::driver::{AfterPass, MAX_PASSES};
 use crate::engine::schema::SchemaDef;
 use crate::engine::{
-    Driver, DriverOptions, Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, SyncTrigger,
+    Driver, DriverOptions, Engine, EngineConfig, EngineError, EngineOptions, Env, ListOptions, Op, Request, SyncTrigger,
 };
 use crate::protocol::base64url;
 use crate::protocol::entropy::OsEntropy;
@@ -461,14 +461,18 @@ impl WebEngine {
     /// Applies `[{op: "insert"|"update"|"upsert"|"delete", table, row?, id?, patch?}]` atomically.
     /// With a `requestId`, at most once: a repeated id returns the first call's rows.
     /// `opsJson`, if given, is `JSON.stringify(ops)` made by the worker when `ops` hold only
-    /// plain data (`plainJson`): the faster way across.
+    /// plain data (`plainJson`): the faster way across. `firstSend` true says no call with this
+    /// `requestId` was sent before, to this engine or another tab's: its record is not looked
+    /// for (a re-send leaves it out).
     pub fn transaction(
         &self,
         ops: JsValue,
         request_id: Option<String>,
         ops_json: Option<String>,
+        first_send: Option<bool>,
     ) -> Result<JsValue, JsValue> {
-        let rows = writes::transaction(&*self.engine()?, &ops, ops_json.as_deref(), request_id.as_deref())?;
+        let request = request_id.as_deref().map(|id| Request { id, first_send: first_send == Some(true) });
+        let rows = writes::transaction(&*self.engine()?, &ops, ops_json.as_deref(), request)?;
         self.after_write();
         Ok(rows)
     }

@@ -6,7 +6,7 @@ use wasm_bindgen::JsValue;
 
 use super::convert::to_json;
 use super::errors::{engine_error, js_error};
-use crate::engine::{Engine, Op};
+use crate::engine::{Engine, Op, Request};
 use crate::protocol::Json;
 
 pub(crate) fn bad_arg(msg: String) -> JsValue {
@@ -57,16 +57,16 @@ pub(crate) fn parse_ops(ops: Json) -> Result<Vec<Op>, JsValue> {
 }
 
 /// Applies `ops` (given also as `ops_json`, see [`ops_as_json`]) atomically — at most once per
-/// `request_id` — and returns the rows as written, as a JS array: their canonical JSON through
+/// request id (`request`) — and returns the rows as written, as a JS array: their canonical JSON through
 /// `JSON.parse` (lossless — lone surrogates are escaped — with keys in the order the engine's
 /// JSON has them), which costs a fraction of building each object from the module.
 pub(crate) fn transaction(
     engine: &Engine,
     ops: &JsValue,
     ops_json: Option<&str>,
-    request_id: Option<&str>,
+    request: Option<Request<'_>>,
 ) -> Result<JsValue, JsValue> {
     let parsed = parse_ops(ops_as_json(ops, ops_json)?)?;
-    let rows = engine.write_rows(&parsed, request_id).map_err(|e| engine_error(&e))?;
+    let rows = engine.write_rows(&parsed, request).map_err(|e| engine_error(&e))?;
     js_sys::JSON::parse(&rows.into_canonical_json())
 }

@@ -162,8 +162,13 @@ fn a_re_sent_transaction_is_answered_from_the_canonical_json_of_its_first_answer
     assert_eq!(d.engine.transaction_once("tab:9", &ops).unwrap(), first);
 }
 
+/// Request `request`'s record, wherever it is kept: on its transaction's last outbox intent (a
+/// small one) or in `_sync_requests`.
 fn recorded(d: &Device, request: &str) -> String {
-    let rows = d.engine.query("SELECT result FROM _sync_requests WHERE id = ?1", &[Json::from(request)]).unwrap();
+    let sql = "SELECT result FROM _sync_requests WHERE id = ?1
+               UNION ALL SELECT request_result FROM _sync_outbox WHERE request_id = ?1";
+    let rows = d.engine.query(sql, &[Json::from(request)]).unwrap();
+    assert_eq!(rows.len(), 1, "one record of {request}");
     rows[0].get("result").and_then(Json::as_str).unwrap().to_owned()
 }
 
@@ -272,10 +277,16 @@ fn a_record_of_whole_rows_left_by_an_earlier_version_is_answered_as_recorded() {
     let first = d.engine.transaction_once("tab:old", &ops).unwrap();
     drop(d);
     let whole = to_canonical_json(&Json::Array(first.clone()));
-    rusqlite::Connection::open(&path)
-        .unwrap()
-        .execute("UPDATE _sync_requests SET result = ?1 WHERE id = 'tab:old'", [&whole])
+    // Where an earlier version kept every record: in `_sync_requests`.
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    conn.execute("UPDATE _sync_outbox SET request_id = NULL, request_result = NULL WHERE request_id = 'tab:old'", [])
         .unwrap();
+    conn.execute(
+        "INSERT INTO _sync_requests (id, result, at) VALUES ('tab:old', ?1, ?2)",
+        rusqlite::params![whole, T0 as i64],
+    )
+    .unwrap();
+    drop(conn);
     let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
     assert_eq!(d.engine.transaction_once("tab:old", &ops).unwrap(), first);
     assert_eq!(d.count("todos"), 1);
@@ -290,7 +301,7 @@ fn request_ids_are_forgotten_after_a_day_swept_at_most_every_ten_minutes() {
     const MINUTE: u64 = 60_000;
     let d = Device::new(&phrase(), &[]);
     let write = |request: &str, id: &str| {
-        d.engine.transaction_once(request, &[Op::Insert { table: "todos".into(), row: todo(id, "x") }]).unwrap();
+        d.engine.transaction_once(request, &bulk(id)).unwrap();
     };
     write("r:1", "a"); // the first write sweeps (nothing to forget yet)
     d.clock.advance(5 * MINUTE);
@@ -307,10 +318,17 @@ fn request_ids_are_forgotten_after_a_day_swept_at_most_every_ten_minutes() {
     d.clock.advance(DAY - 10 * MINUTE); // r:3 is exactly a day old; a sweep is due
     write("r:6", "f");
     assert_eq!(d.count("_sync_requests"), 4, "an id exactly a day old is kept");
-    let replayed = d.engine.transaction_once("r:3", &[Op::Insert { table: "todos".into(), row: todo("c", "x") }]);
-    assert_eq!(replayed.unwrap()[0].get("id").and_then(Json::as_str), Some("c"), "and still answers");
-    let again = d.engine.transaction_once("r:1", &[Op::Insert { table: "todos".into(), row: todo("a", "x") }]);
+    let replayed = d.engine.transaction_once("r:3", &bulk("c"));
+    assert_eq!(replayed.unwrap()[0].get("id").and_then(Json::as_str), Some("c-0"), "and still answers");
+    let again = d.engine.transaction_once("r:1", &bulk("a"));
     assert_eq!(again.unwrap_err().code(), "ALREADY_EXISTS", "a forgotten id applies again");
+}
+
+/// Inserts `{prefix}-0`… whose record (an HLC of ~40 bytes each) is too large to be kept on
+/// the outbox intent, so it is kept in `_sync_requests` (which the sweep forgets).
+fn bulk(prefix: &str) -> Vec<Op> {
+    let n = simplysync::engine::RECORD_ON_INTENT_MAX / 30;
+    (0..n).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("{prefix}-{i}"), "x") }).collect()
 }
 
 #[test]
@@ -320,7 +338,7 @@ fn request_ids_are_still_swept_after_the_clock_went_back() {
     let d = Device::new(&phrase(), &[]);
     let start = simplysync::engine::io::Clock::now_ms(d.clock.as_ref());
     let write = |request: &str, id: &str| {
-        d.engine.transaction_once(request, &[Op::Insert { table: "todos".into(), row: todo(id, "x") }]).unwrap();
+        d.engine.transaction_once(request, &bulk(id)).unwrap();
     };
     write("r:1", "a");
     d.clock.set(start + 10 * DAY); // the clock jumped ahead: this write sweeps there

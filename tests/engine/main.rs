@@ -20,5 +20,6 @@ mod pulled_runs;
 mod purge_rekey_blobs;
 mod recovery;
 mod remember;
+mod requests;
 mod rules;
 mod undeliverable;

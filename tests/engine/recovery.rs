@@ -361,7 +361,7 @@ async fn a_damaged_record_of_a_re_sent_write_is_a_storage_error_not_an_empty_ans
     drop(d);
     rusqlite::Connection::open(&path)
         .unwrap()
-        .execute("UPDATE _sync_requests SET result = '{\"not\":\"rows\"}' WHERE id = 'tab-1:7'", [])
+        .execute("UPDATE _sync_outbox SET request_result = '{\"not\":\"rows\"}' WHERE request_id = 'tab-1:7'", [])
         .unwrap();
 
     let d = Device::open(spec(path));

@@ -593,8 +593,22 @@ async fn an_outbox_of_the_first_layout_is_carried_over_and_every_relay_still_get
     let a = on_file(&secret, &[&r1.url, &r2.url], &path);
     let columns = a.engine.query("SELECT name FROM pragma_table_info('_sync_outbox')", &[]).unwrap();
     let columns: Vec<&str> = columns.iter().filter_map(|c| c.get("name").and_then(Json::as_str)).collect();
-    assert_eq!(columns, ["event_id", "table_name", "row_id", "envelope_json", "created_at", "pushed_at"]);
+    assert_eq!(
+        columns,
+        [
+            "event_id",
+            "table_name",
+            "row_id",
+            "envelope_json",
+            "created_at",
+            "pushed_at",
+            "request_id",
+            "request_result"
+        ]
+    );
     assert_eq!(a.count("_sync_outbox"), 3, "every intent and event was carried over");
+    let triggers = a.engine.query("SELECT name FROM sqlite_master WHERE type = 'trigger'", &[]).unwrap();
+    assert_eq!(triggers, [Json::object([("name", Json::from("_sync_outbox_keeps_requests"))])], "records move out");
     let r = a.sync().await;
     assert_eq!((r.relays[0].pushed, r.relays[1].pushed), (1, 3), "{r:?}");
     assert_eq!(a.count("_sync_outbox"), 0);
