@@ -13,17 +13,18 @@ use std::cmp::Ordering;
 use std::fmt;
 
 pub use crate::object::JsonObject;
+use crate::wtf8::Wtf8;
 
 /// A JavaScript string: UTF-16 semantics, stored as WTF-8 (UTF-8 that may also encode an
 /// unpaired surrogate as a 3-byte sequence). Paired surrogates are always stored combined, so
 /// every JS string has exactly one representation.
 #[derive(Clone, PartialEq, Eq, Hash, Default)]
-pub struct JsonString(Vec<u8>);
+pub struct JsonString(Wtf8);
 
 impl JsonString {
     /// The string as `&str`, or `None` if it contains a lone surrogate.
     pub fn as_str(&self) -> Option<&str> {
-        std::str::from_utf8(&self.0).ok()
+        std::str::from_utf8(self.0.as_slice()).ok()
     }
 
     /// The string with every lone surrogate replaced by U+FFFD.
@@ -46,28 +47,42 @@ impl JsonString {
                 Err(e) => push_surrogate(&mut bytes, e.unpaired_surrogate()),
             }
         }
-        JsonString(bytes)
+        JsonString(Wtf8::from_vec(bytes))
     }
 
     /// The string as a `String` without copying it, or itself back if it contains a lone
     /// surrogate.
     pub fn into_string(self) -> Result<String, JsonString> {
-        String::from_utf8(self.0).map_err(|e| JsonString(e.into_bytes()))
+        String::from_utf8(self.0.into_vec()).map_err(|e| JsonString(Wtf8::from_vec(e.into_bytes())))
     }
 
     /// The UTF-16 code units of the string, as JavaScript sees them.
     pub fn code_units(&self) -> CodeUnits<'_> {
-        CodeUnits { bytes: &self.0, pending_low: None }
+        CodeUnits { bytes: self.0.as_slice(), pending_low: None }
     }
 
     /// The WTF-8 bytes (valid UTF-8 unless the string has a lone surrogate).
     pub fn as_wtf8(&self) -> &[u8] {
-        &self.0
+        self.0.as_slice()
     }
 
     /// Length in UTF-16 code units (JavaScript's `length`).
     pub fn utf16_len(&self) -> usize {
         self.code_units().count()
+    }
+}
+
+/// A [`JsonString`] being built piece by piece (a parsed string with escapes).
+#[derive(Default)]
+pub(crate) struct StringBuf(Vec<u8>);
+
+impl StringBuf {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub(crate) fn finish(self) -> JsonString {
+        JsonString(Wtf8::from_vec(self.0))
     }
 
     pub(crate) fn push_char(&mut self, c: char) {
@@ -112,13 +127,13 @@ fn push_surrogate(bytes: &mut Vec<u8>, unit: u16) {
 
 impl From<&str> for JsonString {
     fn from(s: &str) -> Self {
-        JsonString(s.as_bytes().to_vec())
+        JsonString(Wtf8::from_slice(s.as_bytes()))
     }
 }
 
 impl From<String> for JsonString {
     fn from(s: String) -> Self {
-        JsonString(s.into_bytes())
+        JsonString(Wtf8::from_vec(s.into_bytes()))
     }
 }
 
@@ -135,7 +150,7 @@ impl fmt::Debug for JsonString {
 /// `"10" < "2"`, and U+FFFF sorts after U+10000 (whose first unit is a surrogate).
 impl Ord for JsonString {
     fn cmp(&self, other: &Self) -> Ordering {
-        cmp_wtf8(&self.0, &other.0)
+        cmp_wtf8(self.0.as_slice(), other.0.as_slice())
     }
 }
 
@@ -466,9 +481,10 @@ mod tests {
         assert_eq!(lone.as_str(), None);
         assert_eq!(lone.code_units().collect::<Vec<_>>(), vec![0x61, 0xD800, 0x62]);
 
-        let mut s = JsonString::default();
-        s.push_surrogate_unit(0xD83D);
-        s.push_surrogate_unit(0xDE00);
+        let mut b = StringBuf::default();
+        b.push_surrogate_unit(0xD83D);
+        b.push_surrogate_unit(0xDE00);
+        let s = b.finish();
         assert_eq!(s.as_str(), Some("\u{1F600}"));
         assert_eq!(s, JsonString::from_utf16(&[0xD83D, 0xDE00]));
     }

@@ -7,7 +7,7 @@
 //! smuggle a non-finite number nor exhaust the stack.
 
 use super::decimal;
-use super::json::{Json, JsonNumber, JsonObject, JsonString};
+use super::json::{Json, JsonNumber, JsonObject, JsonString, StringBuf};
 
 /// The deepest nesting of arrays and objects the parser accepts.
 pub const MAX_DEPTH: usize = 128;
@@ -302,7 +302,7 @@ impl<'a> Parser<'a> {
 
     fn string(&mut self) -> Result<JsonString, JsonParseError> {
         self.i += 1; // opening quote
-        let mut out = JsonString::default();
+        let mut out = StringBuf::default();
         let mut run = self.i;
         loop {
             // Skip to the next byte that is not plain string content, eight bytes at a time (the
@@ -314,14 +314,15 @@ impl<'a> Parser<'a> {
                 Some(b'"') => {
                     let rest = &self.text[run..self.i];
                     self.i += 1;
-                    if out.as_wtf8().is_empty() {
-                        // No escape before: one allocation of the exact size (a push onto the
-                        // empty string went through `Vec`'s growth path, ~12% of a restore's
-                        // instructions natively, for ~56 strings an event).
+                    if out.is_empty() {
+                        // No escape before: the bytes once, in place when short (every key),
+                        // else in one allocation of their size (a push onto an empty string
+                        // went through `Vec`'s growth path, ~12% of a restore's instructions
+                        // natively, for ~56 strings an event).
                         return Ok(JsonString::from(rest));
                     }
                     out.push_str(rest);
-                    return Ok(out);
+                    return Ok(out.finish());
                 }
                 Some(b'\\') => {
                     out.push_str(&self.text[run..self.i]);

@@ -16,3 +16,4 @@ mod object;
 #[doc(hidden)] // for the protocol's envelope check, not an API of this crate
 pub mod scan;
 pub mod sort;
+mod wtf8;
