@@ -50,8 +50,8 @@ impl JsonString {
         JsonString(Wtf8::from_vec(bytes))
     }
 
-    /// The string as a `String` without copying it, or itself back if it contains a lone
-    /// surrogate.
+    /// The string as a `String` (without copying it unless it is short enough to be kept in
+    /// place), or itself back if it contains a lone surrogate.
     pub fn into_string(self) -> Result<String, JsonString> {
         String::from_utf8(self.0.into_vec()).map_err(|e| JsonString(Wtf8::from_vec(e.into_bytes())))
     }

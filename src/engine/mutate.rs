@@ -432,7 +432,8 @@ impl Engine {
         if let Some(r) = request {
             super::requests::validate_request_id(r.id)?;
             if !r.first_send {
-                if let Some(text) = system::transaction_request(&self.db.borrow(), r.id)? {
+                let since = self.now().saturating_sub(super::requests::REQUEST_TTL_MS);
+                if let Some(text) = system::transaction_request(&self.db.borrow(), r.id, since)? {
                     return self.replay_rows(r.id, &text, ops).map(WrittenRows::Recorded);
                 }
             }

@@ -1,8 +1,7 @@
 //! At-most-once calls. A caller that may re-send a call whose answer it lost (a browser tab
 //! whose leader tab closed mid-call) passes a request id: the id and the call's result are
 //! recorded in the same SQLite transaction as the call's effect, and a repeated id returns the
-//! recorded result without doing anything again. Ids are kept for a day (a transaction's, while
-//! its write waits in the outbox and a day after it).
+//! recorded result without doing anything again. Ids are kept for a day.
 
 use std::future::Future;
 
@@ -75,8 +74,8 @@ impl Engine {
     /// [`RECORD_ON_INTENT_MAX`] bytes — that intent's page is written by the commit anyway, so
     /// a single write with a request id costs the pages of one without (BENCHMARKS.md, issue 17
     /// round twenty-nine) — else in `_sync_requests`. A record on an intent moves to
-    /// `_sync_requests` when the intent leaves the outbox (a trigger, `store::system`), so it
-    /// is kept while the write waits to be pushed and a day after the write.
+    /// `_sync_requests` when the intent leaves the outbox (a trigger, `store::system`); either
+    /// way it answers a re-send for a day after the write.
     pub(crate) fn record_transaction(
         &self,
         tx: &Connection,

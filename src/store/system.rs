@@ -109,7 +109,6 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
     if conn.prepare("SELECT seq FROM _sync_outbox").is_err() {
         conn.execute_batch(SYSTEM_DDL)?;
         add_request_columns(conn)?;
-        conn.execute_batch(REQUESTS_TRIGGER)?;
         return Ok(());
     }
     conn.execute_batch("SAVEPOINT outbox_layout")?;
@@ -131,15 +130,28 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Adds the request columns to an outbox made before issue 17's round twenty-nine (additive:
-/// its rows read them as NULL, no request recorded there).
+/// Adds the request columns and their trigger to an outbox made before issue 17's round
+/// twenty-nine (additive: its rows read the columns as NULL, no request recorded there) — each
+/// column checked on its own, and all in one savepoint, so an open cut short between them leaves
+/// the outbox as it was or as it should be, never with one column.
 fn add_request_columns(conn: &Connection) -> Result<(), StoreError> {
-    if conn.prepare("SELECT request_id FROM _sync_outbox").is_err() {
-        conn.execute_batch(
-            "ALTER TABLE _sync_outbox ADD COLUMN request_id TEXT;
-             ALTER TABLE _sync_outbox ADD COLUMN request_result TEXT;",
-        )?;
+    let missing = |column: &str| conn.prepare(&format!("SELECT {column} FROM _sync_outbox")).is_err();
+    let (id, result) = (missing("request_id"), missing("request_result"));
+    conn.execute_batch("SAVEPOINT request_columns")?;
+    let added = (|| {
+        if id {
+            conn.execute_batch("ALTER TABLE _sync_outbox ADD COLUMN request_id TEXT")?;
+        }
+        if result {
+            conn.execute_batch("ALTER TABLE _sync_outbox ADD COLUMN request_result TEXT")?;
+        }
+        conn.execute_batch(REQUESTS_TRIGGER)
+    })();
+    if let Err(e) = added {
+        let _ = conn.execute_batch("ROLLBACK TO request_columns; RELEASE request_columns");
+        return Err(e.into());
     }
+    conn.execute_batch("RELEASE request_columns")?;
     Ok(())
 }
 
@@ -231,16 +243,17 @@ pub fn meta_request(conn: &Connection, id: &str) -> Result<Option<String>, Store
 }
 
 /// The recorded result of a transaction's request id, in `_sync_requests` or on an outbox
-/// intent (see `Engine::write_rows`). The outbox has no index on `request_id` — one would be
-/// a b-tree more to write per commit — so its part reads every intent: only a call that may
-/// have been sent before asks.
-pub fn transaction_request(conn: &Connection, id: &str) -> Result<Option<String>, StoreError> {
+/// intent written at `since_ms` or later (see `Engine::write_rows`). The outbox has no index on
+/// `request_id` — one would be a b-tree more to write per commit — so its part reads the
+/// intents from `since_ms` on (event ids are HLCs, whose text starts with their time, never
+/// before the write's): only a call that may have been sent before asks.
+pub fn transaction_request(conn: &Connection, id: &str, since_ms: u64) -> Result<Option<String>, StoreError> {
     if let Some(result) = meta_request(conn, id)? {
         return Ok(Some(result));
     }
     Ok(conn
-        .prepare_cached("SELECT request_result FROM _sync_outbox WHERE request_id = ?1")?
-        .query_row([id], |r| r.get(0))
+        .prepare_cached("SELECT request_result FROM _sync_outbox WHERE event_id >= ?2 AND request_id = ?1")?
+        .query_row(rusqlite::params![id, format!("{since_ms:015}")], |r| r.get(0))
         .optional()?)
 }
 

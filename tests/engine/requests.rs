@@ -138,3 +138,47 @@ fn a_single_write_with_a_request_id_writes_no_more_pages_than_one_without() {
     assert!(without > 0, "the WAL grew: no checkpoint in between");
     assert!(with <= without, "{with} bytes of WAL with request ids, {without} without, over 20 writes each");
 }
+
+#[test]
+fn a_record_moves_out_when_its_intent_is_superseded_before_sealing_and_still_answers() {
+    let d = Device::new(&phrase(), &[]);
+    let first = d.engine.transaction_once("tab:s", &[insert("s")]).unwrap();
+    d.engine.update("todos", "s", Json::object([("title", Json::from("later"))])).unwrap();
+    d.engine.seal_pending_outbox().unwrap();
+    assert_eq!(d.count("_sync_outbox"), 1, "the first intent was dropped: the later one carries the row");
+    assert!(in_requests_table(&d, "tab:s").is_some(), "its record moved out with it");
+    assert_eq!(d.engine.transaction_once("tab:s", &[insert("s")]).unwrap(), first);
+}
+
+#[test]
+fn a_record_on_an_intent_answers_for_a_day_after_its_write_like_one_in_the_table() {
+    const DAY: u64 = 24 * 3600 * 1000;
+    let d = Device::new(&phrase(), &[]);
+    let first = d.engine.transaction_once("tab:d", &[insert("d")]).unwrap();
+    d.clock.advance(DAY);
+    assert_eq!(d.engine.transaction_once("tab:d", &[insert("d")]).unwrap(), first, "a day later");
+    d.clock.advance(1);
+    let err = d.engine.transaction_once("tab:d", &[insert("d")]).unwrap_err();
+    assert_eq!(err.code(), "ALREADY_EXISTS", "past the day the id is forgotten and the insert runs again");
+}
+
+#[test]
+fn an_outbox_left_with_one_request_column_gets_the_other_and_the_trigger() {
+    let secret = phrase();
+    let path = temp_dir("request-column").join("db.sqlite");
+    let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
+    drop(d);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch(
+            "DROP TRIGGER _sync_outbox_keeps_requests;
+             ALTER TABLE _sync_outbox DROP COLUMN request_result;",
+        )
+        .unwrap();
+    let d = Device::open(DeviceSpec::on_file(&secret, &[], &path, T0));
+    let first = d.engine.transaction_once("tab:c", &[insert("c")]).unwrap();
+    assert_eq!(records_on_intents(&d).len(), 1);
+    assert_eq!(d.engine.purge_rows("todos", &["c".to_owned()]).unwrap(), 1);
+    assert!(in_requests_table(&d, "tab:c").is_some(), "the trigger is back");
+    assert_eq!(d.engine.transaction_once("tab:c", &[insert("c")]).unwrap(), first);
+}
