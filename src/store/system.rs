@@ -111,8 +111,9 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
         add_request_columns(conn)?;
         return Ok(());
     }
-    conn.execute_batch("SAVEPOINT outbox_layout")?;
-    let moved = conn.execute_batch("ALTER TABLE _sync_outbox RENAME TO _sync_outbox_first").and_then(|()| {
+    // Nothing of the move stays if a step fails; the old outbox is as it was.
+    in_savepoint(conn, "outbox_layout", || {
+        conn.execute_batch("ALTER TABLE _sync_outbox RENAME TO _sync_outbox_first")?;
         conn.execute_batch(SYSTEM_DDL)?;
         conn.execute_batch(
             "INSERT INTO _sync_outbox (event_id, table_name, row_id, envelope_json, created_at, pushed_at)
@@ -120,13 +121,17 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
              DROP TABLE _sync_outbox_first;",
         )?;
         conn.execute_batch(REQUESTS_TRIGGER)
-    });
-    if let Err(e) = moved {
-        // Nothing of the move stays; the old outbox is as it was.
-        let _ = conn.execute_batch("ROLLBACK TO outbox_layout; RELEASE outbox_layout");
+    })
+}
+
+/// Runs `f` in the savepoint `name`: all of its changes stay, or — when it fails — none.
+fn in_savepoint(conn: &Connection, name: &str, f: impl FnOnce() -> rusqlite::Result<()>) -> Result<(), StoreError> {
+    conn.execute_batch(&format!("SAVEPOINT {name}"))?;
+    if let Err(e) = f() {
+        let _ = conn.execute_batch(&format!("ROLLBACK TO {name}; RELEASE {name}"));
         return Err(e.into());
     }
-    conn.execute_batch("RELEASE outbox_layout")?;
+    conn.execute_batch(&format!("RELEASE {name}"))?;
     Ok(())
 }
 
@@ -137,8 +142,7 @@ pub fn create_system_tables(conn: &Connection) -> Result<(), StoreError> {
 fn add_request_columns(conn: &Connection) -> Result<(), StoreError> {
     let missing = |column: &str| conn.prepare(&format!("SELECT {column} FROM _sync_outbox")).is_err();
     let (id, result) = (missing("request_id"), missing("request_result"));
-    conn.execute_batch("SAVEPOINT request_columns")?;
-    let added = (|| {
+    in_savepoint(conn, "request_columns", || {
         if id {
             conn.execute_batch("ALTER TABLE _sync_outbox ADD COLUMN request_id TEXT")?;
         }
@@ -146,13 +150,7 @@ fn add_request_columns(conn: &Connection) -> Result<(), StoreError> {
             conn.execute_batch("ALTER TABLE _sync_outbox ADD COLUMN request_result TEXT")?;
         }
         conn.execute_batch(REQUESTS_TRIGGER)
-    })();
-    if let Err(e) = added {
-        let _ = conn.execute_batch("ROLLBACK TO request_columns; RELEASE request_columns");
-        return Err(e.into());
-    }
-    conn.execute_batch("RELEASE request_columns")?;
-    Ok(())
+    })
 }
 
 fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<(String, String)>, StoreError> {
@@ -265,4 +263,25 @@ pub fn record_on_intent(conn: &Connection, event_id: &str, id: &str, result: &st
         .prepare_cached("UPDATE _sync_outbox SET request_id = ?2, request_result = ?3 WHERE event_id = ?1")?
         .execute(rusqlite::params![event_id, id, result])?;
     Ok(n == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_savepoint_keeps_every_step_or_none_when_one_fails() {
+        let conn = Connection::open_in_memory().unwrap();
+        let tables = || conn.query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get::<_, i64>(0)).unwrap();
+        let failed = in_savepoint(&conn, "step", || {
+            conn.execute_batch("CREATE TABLE a (x)")?;
+            conn.execute_batch("ALTER TABLE missing ADD COLUMN y")
+        });
+        assert!(failed.is_err());
+        assert_eq!(tables(), 0, "the first step was undone");
+        assert!(conn.is_autocommit(), "and the savepoint released");
+        in_savepoint(&conn, "step", || conn.execute_batch("CREATE TABLE a (x); CREATE TABLE b (x)")).unwrap();
+        assert_eq!(tables(), 2);
+        assert!(conn.is_autocommit());
+    }
 }
