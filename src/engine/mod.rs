@@ -301,10 +301,10 @@ impl Engine {
     }
 
     /// Runs `f` in one SQLite transaction on the engine's connection.
-    fn write<T>(&self, f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, EngineError>) -> Result<T, EngineError> {
-        let mut db = self.db.borrow_mut();
-        let tx = db.transaction()?;
-        let out = f(&tx)?;
+    fn write<T>(&self, f: impl FnOnce(&rusqlite::Connection) -> Result<T, EngineError>) -> Result<T, EngineError> {
+        let db = self.db.borrow_mut();
+        let tx = crate::store::write_tx::WriteTx::begin(&db)?;
+        let out = f(tx.conn())?;
         tx.commit()?;
         Ok(out)
     }

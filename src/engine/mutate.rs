@@ -11,7 +11,7 @@ use rusqlite::types::Value;
 use rusqlite::Connection;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
-use super::requests::Request;
+use super::requests::{Request, RECORD_ON_INTENT_MAX};
 use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
 use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
@@ -358,7 +358,18 @@ impl Engine {
     /// were written in turn: a run is written before an op that reads a row (update, delete),
     /// and before an op's error is returned, so an earlier op's error (an insert of a live id)
     /// still comes first.
-    fn stage_all(&self, tx: &Connection, ops: &[Op]) -> Result<(Vec<RowChange>, Vec<Written<'_>>), EngineError> {
+    ///
+    /// With `request`, the transaction's record of it as well: on its last intent, in the
+    /// statement that appends it, when it is at most [`RECORD_ON_INTENT_MAX`] bytes (that
+    /// intent's page is written by the commit anyway, so a single write with a request id
+    /// costs the pages of one without: BENCHMARKS.md, issue 17 round twenty-nine), else in
+    /// `_sync_requests` ([`Engine::record_transaction`]).
+    fn stage_all(
+        &self,
+        tx: &Connection,
+        ops: &[Op],
+        request: Option<&str>,
+    ) -> Result<(Vec<RowChange>, Vec<Written<'_>>), EngineError> {
         let mut rows = Vec::with_capacity(ops.len());
         let mut w = LocalWriter::new(tx);
         let wall_ms = self.now();
@@ -366,7 +377,21 @@ impl Engine {
         // Every op's intent, in the order of the ops (and of their HLCs).
         let intents: Vec<outbox::Intent<'_>> =
             rows.iter().map(|r| (r.row.updated_at.as_str(), r.table.name.as_str(), r.row.id.as_str())).collect();
-        w.outbox.enqueue_all(&intents, wall_ms)?;
+        match request {
+            None => {
+                w.outbox.enqueue_all(&intents, wall_ms)?;
+            }
+            Some(id) => {
+                let record = canonical_rows(&rows, Some(ops));
+                let on_intent = if record.len() <= RECORD_ON_INTENT_MAX {
+                    w.outbox.enqueue_all_recorded(&intents, wall_ms, (id, &record))?.1
+                } else {
+                    w.outbox.enqueue_all(&intents, wall_ms)?;
+                    false
+                };
+                self.record_transaction(tx, id, (!on_intent).then_some(record.as_str()))?;
+            }
+        }
         let changes = rows.iter().map(|r| RowChange { table: r.table.name.clone(), id: r.row.id.clone() }).collect();
         Ok((changes, rows))
     }
@@ -442,14 +467,7 @@ impl Engine {
         // outbox intent, `Engine::open` resumes from the greatest of those, and whatever prunes
         // intents saves the clock (`prune_intents`). One page fewer per commit (BENCHMARKS.md,
         // issue 17 round three).
-        let (changes, rows) = self.write(|tx| {
-            let (changes, rows) = self.stage_all(tx, ops)?;
-            if let Some(r) = request {
-                let last = rows.last().map(|w| w.row.updated_at.as_str());
-                self.record_transaction(tx, r.id, last, &canonical_rows(&rows, Some(ops)))?;
-            }
-            Ok((changes, rows))
-        })?;
+        let (changes, rows) = self.write(|tx| self.stage_all(tx, ops, request.map(|r| r.id)))?;
         self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Local, changes));
         Ok(WrittenRows::Fresh(rows))
     }

@@ -69,26 +69,21 @@ impl Engine {
         self.sweep_requests(tx)
     }
 
-    /// Records a transaction's `request_id` and `result` inside `tx`: on the outbox intent
-    /// `last_event_id` the transaction wrote when the result is at most
-    /// [`RECORD_ON_INTENT_MAX`] bytes — that intent's page is written by the commit anyway, so
-    /// a single write with a request id costs the pages of one without (BENCHMARKS.md, issue 17
-    /// round twenty-nine) — else in `_sync_requests`. A record on an intent moves to
+    /// Records a transaction's `request_id` inside `tx`: `result` into `_sync_requests`, or
+    /// `None` when the transaction's last outbox intent already holds it (`Engine::stage_all`,
+    /// for a result of at most [`RECORD_ON_INTENT_MAX`] bytes). A record on an intent moves to
     /// `_sync_requests` when the intent leaves the outbox (a trigger, `store::system`); either
     /// way it answers a re-send for a day after the write.
     pub(crate) fn record_transaction(
         &self,
         tx: &Connection,
         request_id: &str,
-        last_event_id: Option<&str>,
-        result: &str,
+        result: Option<&str>,
     ) -> Result<(), EngineError> {
-        if let Some(event_id) = last_event_id.filter(|_| result.len() <= RECORD_ON_INTENT_MAX) {
-            if system::record_on_intent(tx, event_id, request_id, result)? {
-                return self.sweep_requests(tx);
-            }
+        match result {
+            None => self.sweep_requests(tx),
+            Some(result) => self.write_request(tx, request_id, result),
         }
-        self.write_request(tx, request_id, result)
     }
 
     /// Forgets the ids in `_sync_requests` older than a day — at most every

@@ -18,6 +18,7 @@ pub mod rows;
 pub mod schema;
 pub mod set_aside;
 pub mod system;
+pub mod write_tx;
 
 /// Why the local database could not be opened or used.
 #[derive(Debug, thiserror::Error)]

@@ -38,8 +38,9 @@ pub fn enqueue(conn: &Connection, event_id: &str, table: &str, row_id: &str, now
 /// (see `rows::RowWriter`).
 pub struct Enqueuer<'c> {
     conn: &'c Connection,
-    /// The statements appending one intent and [`CHUNK`] intents, once taken.
-    statements: [Option<CachedStatement<'c>>; 2],
+    /// The statements appending one intent, [`CHUNK`] intents, and one intent with a request
+    /// record, once taken.
+    statements: [Option<CachedStatement<'c>>; 3],
 }
 
 impl std::fmt::Debug for Enqueuer<'_> {
@@ -57,7 +58,7 @@ pub type Intent<'a> = (&'a str, &'a str, &'a str);
 impl<'c> Enqueuer<'c> {
     /// An enqueuer on `conn` (inside the run's transaction).
     pub fn new(conn: &'c Connection) -> Enqueuer<'c> {
-        Enqueuer { conn, statements: [None, None] }
+        Enqueuer { conn, statements: [None, None, None] }
     }
 
     /// Appends a pending intent. An event id already queued is left alone (returns false).
@@ -98,6 +99,37 @@ impl<'c> Enqueuer<'c> {
             rest = &rest[n..];
         }
         Ok(added)
+    }
+
+    /// [`Self::enqueue_all`], with request `record` — `(id, result)` — on the last intent, in
+    /// the same statement that appends it: recorded by an `UPDATE` after it, a single write's
+    /// record had cost ~10,000 of its ~47,000 instructions natively, the intent's key sought and
+    /// its row written twice (BENCHMARKS.md, issue 17 round thirty). Returns how many intents
+    /// were added and whether the record was (not when there are no intents, or when the last
+    /// one's event id was already queued).
+    pub fn enqueue_all_recorded(
+        &mut self,
+        intents: &[Intent<'_>],
+        now: u64,
+        record: (&str, &str),
+    ) -> Result<(usize, bool), StoreError> {
+        let Some(((event_id, table, row_id), before)) = intents.split_last() else { return Ok((0, false)) };
+        let added = self.enqueue_all(before, now)?;
+        let stmt = match &mut self.statements[2] {
+            Some(stmt) => stmt,
+            taken @ None => taken.insert(self.conn.prepare_cached(
+                "INSERT OR IGNORE INTO _sync_outbox (created_at, event_id, table_name, row_id, request_id, request_result)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?),
+        };
+        stmt.raw_bind_parameter(1, now as i64)?;
+        stmt.raw_bind_parameter(2, event_id)?;
+        stmt.raw_bind_parameter(3, table)?;
+        stmt.raw_bind_parameter(4, row_id)?;
+        stmt.raw_bind_parameter(5, record.0)?;
+        stmt.raw_bind_parameter(6, record.1)?;
+        let last = stmt.raw_execute()?;
+        Ok((added + last, last == 1))
     }
 }
 

@@ -255,16 +255,6 @@ pub fn transaction_request(conn: &Connection, id: &str, since_ms: u64) -> Result
         .optional()?)
 }
 
-/// Records request `id`'s `result` on the outbox intent `event_id` (in the transaction that
-/// wrote it): that intent's page is written by the commit anyway, where a row of
-/// `_sync_requests` — ids in no order — is a page more. False if there is no such intent.
-pub fn record_on_intent(conn: &Connection, event_id: &str, id: &str, result: &str) -> Result<bool, StoreError> {
-    let n = conn
-        .prepare_cached("UPDATE _sync_outbox SET request_id = ?2, request_result = ?3 WHERE event_id = ?1")?
-        .execute(rusqlite::params![event_id, id, result])?;
-    Ok(n == 1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
