@@ -162,22 +162,16 @@ const RAW_INSERT: &str = "INSERT INTO t (id, title, done, position) VALUES (?1, 
 /// intent by hand, an engine insert (row + outbox intent in one transaction), and the same
 /// through the package's path (`plain_json`: the package's `plainJson`). Latencies in ms.
 /// `pages`: see [`Storage`].
+///
+/// The four are interleaved, commit by commit, in an order rotated per commit: measured one
+/// after another (200 commits each), a path met another machine state than the floor's, and
+/// the ratio of the same build moved between ×0.98 and ×1.44 in one session (BENCHMARKS.md,
+/// issue 17 round thirty).
 #[wasm_bindgen(js_name = benchLocalWrite)]
 pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> Result<JsValue, JsValue> {
     let storage = Storage::from_js(&pages)?;
     let (raw, raw_name) = storage.open("raw-single").await?;
     raw.execute_batch(RAW_TABLE).map_err(js_err)?;
-    opfs_io();
-    let mut raw_ms = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let t0 = now();
-        raw.prepare_cached(RAW_INSERT)
-            .and_then(|mut s| s.execute(params![format!("row-{i:08}"), format!("todo number {i}"), i % 3 == 0, i]))
-            .map_err(js_err)?;
-        storage.durable(&raw_name).await?;
-        raw_ms.push(now() - t0);
-    }
-    let raw_io = opfs_io();
     // The engine's writes by hand: the row and an outbox-shaped intent in one transaction,
     // the same tables and indexes as the engine's, without its code (what the pages cost).
     let (by_hand, hand_name) = storage.open("hand-single").await?;
@@ -187,58 +181,86 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
              CREATE TABLE o (event_id TEXT PRIMARY KEY NOT NULL, table_name TEXT NOT NULL, row_id TEXT NOT NULL, envelope_json TEXT, created_at INTEGER NOT NULL, pushed_at INTEGER) WITHOUT ROWID;",
         )
         .map_err(js_err)?;
-    opfs_io();
-    let mut hand_ms = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let t0 = now();
-        let hlc = format!("{:015}-000000-devicedevicedevice00", 1_764_504_000_000u64 + u64::from(i));
-        let id = format!("row-{i:08}");
-        by_hand.execute_batch("BEGIN").map_err(js_err)?;
-        by_hand
-            .prepare_cached("INSERT INTO t VALUES (?1, ?2, 0, ?3, ?4, ?5)")
-            .and_then(|mut s| {
-                s.execute(params![id, hlc, format!("todo number {i} with a realistic title"), i % 3 == 0, i])
-            })
-            .map_err(js_err)?;
-        by_hand
-            .prepare_cached("INSERT INTO o (event_id, table_name, row_id, created_at) VALUES (?1, 'todos', ?2, ?3)")
-            .and_then(|mut s| s.execute(params![hlc, id, i64::from(i)]))
-            .map_err(js_err)?;
-        by_hand.execute_batch("COMMIT").map_err(js_err)?;
-        storage.durable(&hand_name).await?;
-        hand_ms.push(now() - t0);
-    }
-    let hand_io = opfs_io();
     let (e, name) = storage.engine(KEY, vec![], "engine-single").await?;
-    opfs_io();
-    let mut engine_ms = Vec::with_capacity(n as usize);
-    for i in 0..n {
-        let t0 = now();
-        e.insert("todos", todo(i)).map_err(js_err)?;
-        storage.durable(&name).await?;
-        engine_ms.push(now() - t0);
-    }
-    let engine_io = opfs_io();
     // The package's path for one row: a JS op, its JSON text (`plainJson`), a request id sent
     // for the first time (the answer recorded in the same commit, on the row's outbox intent),
     // the row back as a JS object.
     let (api, api_name) = storage.engine(KEY, vec![], "api-single").await?;
     opfs_io();
-    let mut api_ms = Vec::with_capacity(n as usize);
+    let mut ms: [Vec<f64>; 4] = Default::default();
+    let mut io: [Option<IoSum>; 4] = [Some(IoSum::default()); 4];
     for i in 0..n {
-        let op: JsValue = Array::of1(&js_op(&todo(i))).into();
-        let request = format!("bench:{i}");
-        let t0 = now();
-        let text = ops_text(&plain_json, &op)?;
-        super::writes::transaction(&api, &op, text.as_deref(), Some(Request::first(&request)))?;
-        storage.durable(&api_name).await?;
-        api_ms.push(now() - t0);
+        for k in 0..4 {
+            let path = (i as usize + k) % 4;
+            // Inputs made before the clock starts.
+            let op: JsValue = Array::of1(&js_op(&todo(i))).into();
+            let request = format!("bench:{i}");
+            let hlc = format!("{:015}-000000-devicedevicedevice00", 1_764_504_000_000u64 + u64::from(i));
+            let id = format!("row-{i:08}");
+            let t0 = now();
+            match path {
+                0 => {
+                    raw.prepare_cached(RAW_INSERT)
+                        .and_then(|mut s| s.execute(params![id, format!("todo number {i}"), i % 3 == 0, i]))
+                        .map_err(js_err)?;
+                    storage.durable(&raw_name).await?;
+                }
+                1 => {
+                    by_hand.execute_batch("BEGIN").map_err(js_err)?;
+                    by_hand
+                        .prepare_cached("INSERT INTO t VALUES (?1, ?2, 0, ?3, ?4, ?5)")
+                        .and_then(|mut s| {
+                            s.execute(params![id, hlc, format!("todo number {i} with a realistic title"), i % 3 == 0, i])
+                        })
+                        .map_err(js_err)?;
+                    by_hand
+                        .prepare_cached("INSERT INTO o (event_id, table_name, row_id, created_at) VALUES (?1, 'todos', ?2, ?3)")
+                        .and_then(|mut s| s.execute(params![hlc, id, i64::from(i)]))
+                        .map_err(js_err)?;
+                    by_hand.execute_batch("COMMIT").map_err(js_err)?;
+                    storage.durable(&hand_name).await?;
+                }
+                2 => {
+                    e.insert("todos", todo(i)).map_err(js_err)?;
+                    storage.durable(&name).await?;
+                }
+                _ => {
+                    let text = ops_text(&plain_json, &op)?;
+                    super::writes::transaction(&api, &op, text.as_deref(), Some(Request::first(&request)))?;
+                    storage.durable(&api_name).await?;
+                }
+            }
+            ms[path].push(now() - t0);
+            let taken = opfs_io();
+            io[path] = io[path].and_then(|sum| sum.add(&taken));
+        }
     }
-    let api_io = opfs_io();
+    let [raw_ms, hand_ms, engine_ms, api_ms] = ms;
+    let io = io.map(|sum| sum.map(IoSum::to_json));
     Ok(serde_to_js(&serde_json::json!({
         "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms, "api": api_ms,
-        "io": { "raw": raw_io, "byHand": hand_io, "engine": engine_io, "api": api_io },
+        "io": { "raw": io[0], "byHand": io[1], "engine": io[2], "api": io[3] },
     })))
+}
+
+/// What [`opfs_io`] counted, summed over commits.
+#[derive(Debug, Default, Clone, Copy)]
+struct IoSum([f64; 6]);
+
+impl IoSum {
+    const KEYS: [&'static str; 6] = ["calls", "small", "bytes", "ms", "flushes", "flushMs"];
+
+    /// `self` plus the counts `taken`; `None` when nothing was counted (the worker does not count).
+    fn add(mut self, taken: &serde_json::Value) -> Option<IoSum> {
+        for (sum, key) in self.0.iter_mut().zip(Self::KEYS) {
+            *sum += taken.get(key)?.as_f64()?;
+        }
+        Some(self)
+    }
+
+    fn to_json(self) -> serde_json::Value {
+        Self::KEYS.iter().zip(self.0).map(|(k, v)| (k.to_string(), serde_json::Value::from(v))).collect()
+    }
 }
 
 /// Row `i`'s id in no order, shaped as `crypto.randomUUID()` makes ids (a fixed mix of `i`, so
