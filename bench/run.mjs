@@ -275,6 +275,10 @@ if (r.localWrite) {
   row('local write, mean of 200 commits: the engine\'s row + intent by hand (no engine code), ms', spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
   // Per commit, what the OPFS VFS did (--only writes counts it): write calls, KiB, ms inside
   // the writes and the flushes — the rest of a commit's mean is CPU (SQLite and engine code).
+  if (r.localWrite[0].apiSteps) {
+    const st = (k) => fmt(median(r.localWrite.map((x) => x.apiSteps[k] * 1000)), 1);
+    row('local write, the package\'s path by step, mean per commit: ops to JSON text (JS) · parse into ops · write (row, intent, request record, commit) · answer text + JSON.parse · flush, µs', `${st('text')} · ${st('parse')} · ${st('write')} · ${st('answer')} · ${st('flush')}`, 'medians of runs; a fifth path of its own, interleaved with the others');
+  }
   const io = r.localWrite.map((x) => x.io).filter((x) => x && x.raw && x.engine);
   if (io.length) {
     const per = (k) => {

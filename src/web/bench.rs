@@ -163,7 +163,7 @@ const RAW_INSERT: &str = "INSERT INTO t (id, title, done, position) VALUES (?1, 
 /// through the package's path (`plain_json`: the package's `plainJson`). Latencies in ms.
 /// `pages`: see [`Storage`].
 ///
-/// The four are interleaved, commit by commit, in an order rotated per commit: measured one
+/// The paths are interleaved, commit by commit, in an order rotated per commit: measured one
 /// after another (200 commits each), a path met another machine state than the floor's, and
 /// the ratio of the same build moved between ×0.98 and ×1.44 in one session (BENCHMARKS.md,
 /// issue 17 round thirty).
@@ -186,12 +186,17 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
     // for the first time (the answer recorded in the same commit, on the row's outbox intent),
     // the row back as a JS object.
     let (api, api_name) = storage.engine(KEY, vec![], "api-single").await?;
+    // The package's path again, timed by step (a fifth path, so the clock readings between
+    // the steps stay out of the fourth's time): ops to JSON text (JS), parse into ops, the
+    // write, the answer's text and `JSON.parse`, the flush.
+    let (split, split_name) = storage.engine(KEY, vec![], "api-single-split").await?;
+    let mut steps = [0.0f64; 5];
     opfs_io();
-    let mut ms: [Vec<f64>; 4] = Default::default();
-    let mut io: [Option<IoSum>; 4] = [Some(IoSum::default()); 4];
+    let mut ms: [Vec<f64>; 5] = Default::default();
+    let mut io: [Option<IoSum>; 5] = [Some(IoSum::default()); 5];
     for i in 0..n {
-        for k in 0..4 {
-            let path = (i as usize + k) % 4;
+        for k in 0..5 {
+            let path = (i as usize + k) % 5;
             // Inputs made before the clock starts.
             let op: JsValue = Array::of1(&js_op(&todo(i))).into();
             let request = format!("bench:{i}");
@@ -224,10 +229,25 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
                     e.insert("todos", todo(i)).map_err(js_err)?;
                     storage.durable(&name).await?;
                 }
-                _ => {
+                3 => {
                     let text = ops_text(&plain_json, &op)?;
                     super::writes::transaction(&api, &op, text.as_deref(), Some(Request::first(&request)))?;
                     storage.durable(&api_name).await?;
+                }
+                _ => {
+                    let text = ops_text(&plain_json, &op)?;
+                    let t1 = now();
+                    let ops = super::writes::parse_ops(super::writes::ops_as_json(&op, text.as_deref())?)?;
+                    let t2 = now();
+                    let written = split.write_rows(&ops, Some(Request::first(&request))).map_err(js_err)?;
+                    let t3 = now();
+                    js_sys::JSON::parse(&written.into_canonical_json())?;
+                    let t4 = now();
+                    storage.durable(&split_name).await?;
+                    let t5 = now();
+                    for (step, d) in steps.iter_mut().zip([t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4]) {
+                        *step += d;
+                    }
                 }
             }
             ms[path].push(now() - t0);
@@ -235,11 +255,13 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
             io[path] = io[path].and_then(|sum| sum.add(&taken));
         }
     }
-    let [raw_ms, hand_ms, engine_ms, api_ms] = ms;
+    let [raw_ms, hand_ms, engine_ms, api_ms, split_ms] = ms;
     let io = io.map(|sum| sum.map(IoSum::to_json));
+    let step = |k: usize| steps[k] / f64::from(n.max(1));
     Ok(serde_to_js(&serde_json::json!({
-        "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms, "api": api_ms,
-        "io": { "raw": io[0], "byHand": io[1], "engine": io[2], "api": io[3] },
+        "raw": raw_ms, "byHand": hand_ms, "engine": engine_ms, "api": api_ms, "apiSplit": split_ms,
+        "apiSteps": { "text": step(0), "parse": step(1), "write": step(2), "answer": step(3), "flush": step(4) },
+        "io": { "raw": io[0], "byHand": io[1], "engine": io[2], "api": io[3], "apiSplit": io[4] },
     })))
 }
 
