@@ -216,11 +216,19 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
                     by_hand
                         .prepare_cached("INSERT INTO t VALUES (?1, ?2, 0, ?3, ?4, ?5)")
                         .and_then(|mut s| {
-                            s.execute(params![id, hlc, format!("todo number {i} with a realistic title"), i % 3 == 0, i])
+                            s.execute(params![
+                                id,
+                                hlc,
+                                format!("todo number {i} with a realistic title"),
+                                i % 3 == 0,
+                                i
+                            ])
                         })
                         .map_err(js_err)?;
                     by_hand
-                        .prepare_cached("INSERT INTO o (event_id, table_name, row_id, created_at) VALUES (?1, 'todos', ?2, ?3)")
+                        .prepare_cached(
+                            "INSERT INTO o (event_id, table_name, row_id, created_at) VALUES (?1, 'todos', ?2, ?3)",
+                        )
                         .and_then(|mut s| s.execute(params![hlc, id, i64::from(i)]))
                         .map_err(js_err)?;
                     by_hand.execute_batch("COMMIT").map_err(js_err)?;
