@@ -244,9 +244,6 @@ impl Engine {
             after.clone_from(&last.event_id);
             total += self.write(|tx| {
                 let mut rng = self.rng.borrow_mut();
-                // A sealed event is this device's own: when a relay sends it back, the pull
-                // finds it seen and neither opens nor checks it again.
-                let mut seen = inbox::SeenSet::new(tx)?;
                 let mut sealed = 0;
                 for u in &batch {
                     let row = match self.schema.table(&u.table) {
@@ -266,7 +263,6 @@ impl Engine {
                     };
                     let env = encrypt_plaintext(&identity, &meta, payload.as_bytes(), rng.as_mut())?;
                     outbox::mark_sealed(tx, &u.event_id, &env.to_json_text())?;
-                    seen.mark(&u.event_id)?;
                     sealed += 1;
                 }
                 Ok(sealed)

@@ -400,30 +400,6 @@ fn repeat_one_event_forged(d: &Device, forged_first: bool) {
 }
 
 #[tokio::test]
-async fn a_device_does_not_open_its_own_events_again_when_a_relay_sends_them_back() {
-    let relay = TestRelay::start();
-    let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    // Every event the relay sends back, forged: this device's own are not opened again (were
-    // they, each would fail its tag and be quarantined), and its rows stay as written.
-    rewrite_pages(&a, |v| v["events"].as_array_mut().unwrap().iter_mut().for_each(crate::harness::alter_ciphertext));
-    for id in ["a", "b", "c"] {
-        a.engine.insert("todos", todo(id, "x")).unwrap();
-    }
-    let before = a.todos();
-    let r = a.sync().await.relays.swap_remove(0);
-    assert_eq!((r.pushed, r.received, r.applied, r.quarantined), (3, 3, 0, 0), "{r:?}");
-    assert!(a.engine.quarantined().unwrap().is_empty());
-    assert_eq!(a.todos(), before);
-    // Another device's events, forged the same way, are opened and held.
-    let b = Device::new(&secret, &[&relay.url]);
-    b.engine.insert("todos", todo("d", "y")).unwrap();
-    b.sync().await;
-    let r = a.sync().await.relays.swap_remove(0);
-    assert_eq!((r.received, r.applied, r.quarantined), (1, 0, 1), "{r:?}");
-}
-
-#[tokio::test]
 async fn a_page_that_names_one_event_twice_applies_the_genuine_copy_whichever_comes_first() {
     let relay = TestRelay::start();
     let secret = phrase();
