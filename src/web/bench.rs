@@ -212,7 +212,8 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
                     storage.durable(&raw_name).await?;
                 }
                 1 => {
-                    by_hand.execute_batch("BEGIN").map_err(js_err)?;
+                    // Begun and committed through cached statements, as the engine's are.
+                    by_hand.prepare_cached("BEGIN").and_then(|mut s| s.execute([])).map_err(js_err)?;
                     by_hand
                         .prepare_cached("INSERT INTO t VALUES (?1, ?2, 0, ?3, ?4, ?5)")
                         .and_then(|mut s| {
@@ -231,7 +232,7 @@ pub async fn bench_local_write(n: u32, pages: JsValue, plain_json: JsValue) -> R
                         )
                         .and_then(|mut s| s.execute(params![hlc, id, i64::from(i)]))
                         .map_err(js_err)?;
-                    by_hand.execute_batch("COMMIT").map_err(js_err)?;
+                    by_hand.prepare_cached("COMMIT").and_then(|mut s| s.execute([])).map_err(js_err)?;
                     storage.durable(&hand_name).await?;
                 }
                 2 => {
