@@ -141,12 +141,42 @@ impl Engine {
 }
 
 /// Prepares one read-only statement (writes, several statements and syntax errors refused).
+///
+/// Only a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an argument, is even prepared:
+/// SQLite counts transaction control (`BEGIN`: every later write would fail), `ATTACH` and
+/// pragmas that set as read-only, and a pragma that sets a flag (`synchronous = OFF`,
+/// `query_only = 1`) takes effect when it is prepared, before anything can refuse it.
 fn prepare_read<'c>(db: &'c rusqlite::Connection, sql: &str) -> Result<rusqlite::Statement<'c>, EngineError> {
+    let refused = || {
+        EngineError::InvalidQuery(
+            "only a read is allowed (SELECT, WITH, VALUES, a PRAGMA without an argument); write through the engine"
+                .into(),
+        )
+    };
+    let text = skip_comments(sql).as_bytes();
+    let starts = |word: &str| text.len() >= word.len() && text[..word.len()].eq_ignore_ascii_case(word.as_bytes());
+    let pragma = starts("PRAGMA") && !text.iter().any(|b| matches!(b, b'=' | b'('));
+    if !(pragma || starts("SELECT") || starts("WITH") || starts("VALUES")) {
+        return Err(refused());
+    }
     let stmt = db.prepare(sql).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
     if !stmt.readonly() {
-        return Err(EngineError::InvalidQuery(
-            "only read-only statements are allowed; write through the engine".into(),
-        ));
+        return Err(refused());
     }
     Ok(stmt)
+}
+
+/// `sql` from its first token: leading whitespace and SQL comments skipped (an unterminated
+/// block comment leaves nothing).
+fn skip_comments(mut sql: &str) -> &str {
+    loop {
+        sql = sql.trim_start();
+        if let Some(rest) = sql.strip_prefix("--") {
+            sql = rest.split_once('\n').map_or("", |(_, after)| after);
+        } else if let Some(rest) = sql.strip_prefix("/*") {
+            sql = rest.split_once("*/").map_or("", |(_, after)| after);
+        } else {
+            return sql;
+        }
+    }
 }

@@ -229,6 +229,40 @@ async fn query_runs_read_only_sql_with_parameters_and_refuses_writes() {
 }
 
 #[test]
+async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() {
+    let d = device().await;
+    // Transaction control, ATTACH and pragmas that set are read-only to SQLite, and a flag
+    // pragma takes effect as it is prepared: each would break later writes (an open
+    // transaction, `query_only`) or durability (`synchronous`), asked for a read or a list of
+    // the tables it reads.
+    for bad in [
+        "BEGIN",
+        "SAVEPOINT s",
+        "COMMIT",
+        "ATTACH ':memory:' AS other",
+        "PRAGMA synchronous = OFF",
+        "/* a comment */ PRAGMA query_only = 1",
+        "pragma query_only(1)",
+        "-- a comment\nPRAGMA main.synchronous=0",
+    ] {
+        assert_eq!(d.engine.query(bad, &[]).unwrap_err().code(), "INVALID_QUERY", "{bad}");
+        assert_eq!(d.engine.tables_read(bad).unwrap_err().code(), "INVALID_QUERY", "{bad}");
+    }
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    let mode = d.engine.query("PRAGMA synchronous", &[]).unwrap();
+    assert_ne!(mode, vec![parse_json(r#"{"synchronous":0}"#).unwrap()], "durability as configured");
+    // Reads still run: a pragma that answers, reads after comments, any case.
+    let check = d.engine.query("PRAGMA integrity_check", &[]).unwrap();
+    assert_eq!(check, vec![parse_json(r#"{"integrity_check":"ok"}"#).unwrap()]);
+    for read in ["SELECT count(*) AS n FROM todos", "-- how many\n/* todos */ select count(*) AS n FROM todos"] {
+        let n = d.engine.query(read, &[]).unwrap()[0].get("n").and_then(Json::as_f64);
+        assert_eq!(n, Some(1.0), "{read}");
+    }
+    let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
+    assert_eq!(info.len(), 1);
+}
+
+#[test]
 async fn tables_read_names_the_schema_tables_a_statement_reads_however_it_reads_them() {
     let d = device().await;
     let read = |sql: &str| d.engine.tables_read(sql).unwrap();
