@@ -277,3 +277,42 @@ pub fn clear(conn: &Connection) -> Result<(), StoreError> {
     conn.execute_batch("DELETE FROM _sync_outbox; DELETE FROM _sync_acks;")?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outbox() -> Connection {
+        let conn = super::super::open_memory().unwrap();
+        super::super::system::create_system_tables(&conn).unwrap();
+        conn
+    }
+
+    fn record_of(conn: &Connection, event_id: &str) -> (Option<String>, Option<String>) {
+        conn.query_row("SELECT request_id, request_result FROM _sync_outbox WHERE event_id = ?1", [event_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_record_goes_on_the_last_intent_only() {
+        let conn = outbox();
+        let intents = [("e1", "t", "a"), ("e2", "t", "b")];
+        let added = Enqueuer::new(&conn).enqueue_all_recorded(&intents, 5, ("req", "[\"e1\",\"e2\"]")).unwrap();
+        assert_eq!(added, (2, true));
+        assert_eq!(record_of(&conn, "e1"), (None, None));
+        assert_eq!(record_of(&conn, "e2"), (Some("req".into()), Some("[\"e1\",\"e2\"]".into())));
+    }
+
+    #[test]
+    fn a_last_intent_already_queued_keeps_its_own_record_and_says_this_one_is_not_kept() {
+        let conn = outbox();
+        Enqueuer::new(&conn).enqueue_all_recorded(&[("e2", "t", "b")], 5, ("first", "[1]")).unwrap();
+        let added =
+            Enqueuer::new(&conn).enqueue_all_recorded(&[("e1", "t", "a"), ("e2", "t", "b")], 6, ("second", "[2]"));
+        assert_eq!(added.unwrap(), (1, false), "the caller keeps the record elsewhere");
+        assert_eq!(record_of(&conn, "e2"), (Some("first".into()), Some("[1]".into())));
+        assert_eq!(Enqueuer::new(&conn).enqueue_all_recorded(&[], 7, ("third", "[]")).unwrap(), (0, false));
+    }
+}

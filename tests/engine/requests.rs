@@ -182,3 +182,15 @@ fn an_outbox_left_with_one_request_column_gets_the_other_and_the_trigger() {
     assert!(in_requests_table(&d, "tab:c").is_some(), "the trigger is back");
     assert_eq!(d.engine.transaction_once("tab:c", &[insert("c")]).unwrap(), first);
 }
+
+#[test]
+fn a_transaction_of_no_ops_keeps_its_record_in_the_table_and_a_re_send_is_answered_from_it() {
+    let d = Device::new(&phrase(), &[]);
+    assert_eq!(d.engine.transaction_once("tab:empty", &[]).unwrap(), Vec::<Json>::new());
+    assert_eq!(in_requests_table(&d, "tab:empty").as_deref(), Some("[]"), "no intent to carry it");
+    assert!(records_on_intents(&d).is_empty());
+    assert_eq!(d.engine.transaction_once("tab:empty", &[]).unwrap(), Vec::<Json>::new());
+    // A re-send with ops is another call under a used id.
+    assert_eq!(d.engine.transaction_once("tab:empty", &[insert("a")]).unwrap_err().code(), "INVALID_QUERY");
+    assert_eq!(d.count("_sync_outbox"), 0);
+}
