@@ -173,6 +173,14 @@ export const SCHEMA = {
 };
 
 /** Polls `fn` until it returns truthy (or fails after `ms`). */
+/**
+ * The page's engine worker: the newest one — a closed engine's worker can still be listed while
+ * it shuts down, and evaluating in it never returns — and never the opener worker.
+ */
+export function engineWorker(page) {
+  return page.workers().filter((w) => /\/worker[-.][^/]*$/.test(new URL(w.url()).pathname)).at(-1);
+}
+
 export async function eventually(fn, ms = 10000, what = 'condition') {
   const end = Date.now() + ms;
   for (;;) {

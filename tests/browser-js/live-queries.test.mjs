@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
+import { buildApp, engineWorker, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
 
 let server;
 let browser;
@@ -191,7 +191,7 @@ test('when the leader\'s worker dies and restarts, a follower\'s live query runs
   await eventually(async () => (await seen(follower, 'list')).length === 1, 5000, 'the follower\'s first result');
   const runs = () => follower.evaluate(() => window.live.list.runs);
   assert.equal(await runs(), 1);
-  const worker = leader.workers().find((w) => w.url().includes('worker'));
+  const worker = engineWorker(leader);
   assert.ok(worker, 'the leader\'s engine worker');
   await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
   // Nothing changed in the data: the second run is the restart's refresh, told to every tab

@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
+import { buildApp, engineWorker, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve } from './harness.mjs';
 
 const STALLED = process.env.SIMPLYSYNC_TEST_STALLED;
 
@@ -203,7 +203,7 @@ test('every call settles: deadlines, close during a call, and a worker that dies
 
   await open(page, { relays: [STALLED], schema: SCHEMA, autoSync: false, dbName: 'settle.db', requestTimeoutMs: 20000 });
   await attempt(page, (e) => e.insert('todos', { id: 'before', title: 'x' }));
-  const worker = page.workers().find((w) => w.url().includes('worker'));
+  const worker = engineWorker(page);
   assert.ok(worker, 'the engine worker');
   // A call in flight when the worker dies rejects with WORKER; the worker is restarted.
   const inFlight = page.evaluate(() => window.engine.sync().then(() => 'resolved', (e) => e.code));
