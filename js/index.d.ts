@@ -558,8 +558,8 @@ export declare class Engine<S extends Schema = Schema> {
   list<T extends TableName<S>>(table: T, options?: ListOptionsOf<S, T>): Promise<RowOf<S, T>[]>;
   /**
    * One read-only SQL statement — a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an
-   * argument; each row is an object keyed by column name. Anything else rejects with
-   * `INVALID_QUERY`.
+   * argument, with a `;` at most at its end; each row is an object keyed by column name.
+   * Anything else rejects with `INVALID_QUERY`.
    * @example
    * ```ts
    * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');

@@ -142,21 +142,21 @@ impl Engine {
 
 /// Prepares one read-only statement (writes, several statements and syntax errors refused).
 ///
-/// Only a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an argument, is even prepared:
-/// SQLite counts transaction control (`BEGIN`: every later write would fail), `ATTACH` and
-/// pragmas that set as read-only, and a pragma that sets a flag (`synchronous = OFF`,
-/// `query_only = 1`) takes effect when it is prepared, before anything can refuse it.
+/// Only a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an argument, is even prepared,
+/// and nothing after it: SQLite counts transaction control (`BEGIN`: every later write would
+/// fail), `ATTACH` and pragmas that set as read-only, and a pragma that sets a flag
+/// (`synchronous = OFF`, `query_only = 1`) takes effect when it is prepared, before anything
+/// can refuse it — rusqlite prepares a second statement to report it. A second statement needs
+/// a `;` before it, so a `;` may only end the text (one in a string goes as a parameter).
 fn prepare_read<'c>(db: &'c rusqlite::Connection, sql: &str) -> Result<rusqlite::Statement<'c>, EngineError> {
-    let refused = || {
-        EngineError::InvalidQuery(
-            "only a read is allowed (SELECT, WITH, VALUES, a PRAGMA without an argument); write through the engine"
-                .into(),
-        )
-    };
+    let refused =
+        || EngineError::InvalidQuery("only one SELECT, WITH, VALUES or PRAGMA without argument is allowed".into());
+    let (sql, tail) = sql.split_at(sql.find(';').unwrap_or(sql.len()));
     let text = skip_comments(sql).as_bytes();
     let starts = |word: &str| text.len() >= word.len() && text[..word.len()].eq_ignore_ascii_case(word.as_bytes());
     let pragma = starts("PRAGMA") && !text.iter().any(|b| matches!(b, b'=' | b'('));
-    if !(pragma || starts("SELECT") || starts("WITH") || starts("VALUES")) {
+    let more = tail.bytes().any(|b| b != b';' && !b.is_ascii_whitespace());
+    if more || !(pragma || starts("SELECT") || starts("WITH") || starts("VALUES")) {
         return Err(refused());
     }
     let stmt = db.prepare(sql).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;

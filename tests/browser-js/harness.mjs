@@ -172,7 +172,6 @@ export const SCHEMA = {
   tables: [{ name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }] }],
 };
 
-/** Polls `fn` until it returns truthy (or fails after `ms`). */
 /**
  * The page's engine worker: the newest one — a closed engine's worker can still be listed while
  * it shuts down, and evaluating in it never returns — and never the opener worker.
@@ -181,6 +180,7 @@ export function engineWorker(page) {
   return page.workers().filter((w) => /\/worker[-.][^/]*$/.test(new URL(w.url()).pathname)).at(-1);
 }
 
+/** Polls `fn` until it returns truthy (or fails after `ms`). */
 export async function eventually(fn, ms = 10000, what = 'condition') {
   const end = Date.now() + ms;
   for (;;) {

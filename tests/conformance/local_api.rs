@@ -244,6 +244,10 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
         "/* a comment */ PRAGMA query_only = 1",
         "pragma query_only(1)",
         "-- a comment\nPRAGMA main.synchronous=0",
+        // A second statement is refused before it is prepared: a `;` only ends the text.
+        "SELECT 1; PRAGMA query_only = 1",
+        "VALUES (1) ;; /* x */ PRAGMA synchronous = OFF",
+        "SELECT 'a;b' AS a",
     ] {
         assert_eq!(d.engine.query(bad, &[]).unwrap_err().code(), "INVALID_QUERY", "{bad}");
         assert_eq!(d.engine.tables_read(bad).unwrap_err().code(), "INVALID_QUERY", "{bad}");
@@ -254,10 +258,16 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
     // Reads still run: a pragma that answers, reads after comments, any case.
     let check = d.engine.query("PRAGMA integrity_check", &[]).unwrap();
     assert_eq!(check, vec![parse_json(r#"{"integrity_check":"ok"}"#).unwrap()]);
-    for read in ["SELECT count(*) AS n FROM todos", "-- how many\n/* todos */ select count(*) AS n FROM todos"] {
+    for read in [
+        "SELECT count(*) AS n FROM todos",
+        "-- how many\n/* todos */ select count(*) AS n FROM todos;",
+        "SELECT count(*) AS n FROM todos WHERE title != 'it''s' ; ;\n",
+    ] {
         let n = d.engine.query(read, &[]).unwrap()[0].get("n").and_then(Json::as_f64);
         assert_eq!(n, Some(1.0), "{read}");
     }
+    let param = d.engine.query("SELECT ? AS a", &[Json::from("a;b")]).unwrap();
+    assert_eq!(param, vec![parse_json(r#"{"a":"a;b"}"#).unwrap()], "a ';' in a string goes as a parameter");
     let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
     assert_eq!(info.len(), 1);
 }
