@@ -56,6 +56,13 @@ mod tests {
         conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0)).unwrap()
     }
 
+    /// One row `x` of `t`, in a transaction of its own that commits.
+    fn insert_committed(conn: &Connection, x: i64) {
+        let tx = WriteTx::begin(conn).unwrap();
+        tx.conn().execute("INSERT INTO t VALUES (?1)", [x]).unwrap();
+        tx.commit().unwrap();
+    }
+
     #[test]
     fn a_committed_transaction_keeps_its_writes_and_ends() {
         let conn = conn();
@@ -79,9 +86,7 @@ mod tests {
         assert!(conn.is_autocommit());
         assert_eq!(count(&conn), 0);
         // The next one begins as usual.
-        let tx = WriteTx::begin(&conn).unwrap();
-        tx.conn().execute("INSERT INTO t VALUES (2)", []).unwrap();
-        tx.commit().unwrap();
+        insert_committed(&conn, 2);
         assert_eq!(count(&conn), 1);
     }
 
@@ -97,9 +102,7 @@ mod tests {
         assert!(tx.commit().is_err(), "a deferred foreign key fails the commit");
         assert!(conn.is_autocommit(), "and the transaction is not left open");
         assert_eq!(conn.query_row("SELECT count(*) FROM c", [], |r| r.get::<_, i64>(0)).unwrap(), 0);
-        let tx = WriteTx::begin(&conn).unwrap();
-        tx.conn().execute("INSERT INTO t VALUES (1)", []).unwrap();
-        tx.commit().unwrap();
+        insert_committed(&conn, 1);
         assert_eq!(count(&conn), 1);
     }
 
