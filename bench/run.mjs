@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE] [--threads] [--profile disk|memory]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE] [--threads] [--profile disk|memory] [--commits 200] [--isolated]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -67,7 +67,11 @@ const TYPES = { '.html': 'text/html', '.js': 'text/javascript', '.wasm': 'applic
 const server = http.createServer((req, res) => {
   const file = path.join(here, decodeURIComponent(new URL(req.url, 'http://x').pathname));
   if (!file.startsWith(here) || !existsSync(file) || statSync(file).isDirectory()) return res.writeHead(404).end();
-  res.writeHead(200, { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream' });
+  const headers = { 'Content-Type': TYPES[path.extname(file)] ?? 'application/octet-stream' };
+  // `--isolated`: the page cross-origin isolated, so its workers' clock reads in 5 µs steps
+  // instead of 100 µs (per-commit ratios of single writes need it; apps are often not isolated).
+  if (process.argv.includes('--isolated')) Object.assign(headers, { 'Cross-Origin-Opener-Policy': 'same-origin', 'Cross-Origin-Embedder-Policy': 'require-corp' });
+  res.writeHead(200, headers);
   createReadStream(file).pipe(res);
 });
 await new Promise((r) => server.listen(0, '127.0.0.1', r));
@@ -189,7 +193,7 @@ try {
   const p = onDisk ? await browser.newPage() : await (await browser.newContext()).newPage();
   p.on('console', (m) => console.error('page:', m.text()));
   const profiler = arg('cpu-profile', '') ? await profileWorker(p) : null;
-  const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', '') });
+  const q = new URLSearchParams({ relay, restoreSecret: seeded.secret, latencySecret, runs: String(runs), only: arg('only', ''), commits: arg('commits', '200') });
   // (Sampled every 250 ms while the page runs: a thread that ends — an opener worker
   // stopped — keeps what it was last seen with.)
   const threads = process.argv.includes('--threads') ? { before: threadTicks(), seen: new Map(), t0: Date.now() } : null;
@@ -262,17 +266,24 @@ if (r.localWrite) {
   const engP99 = r.localWrite.map((x) => pct(x.engine, 99));
   row('local write, bare INSERT (autocommit) p50 / p99, ms', `${spread(rawP50, 3)} / ${spread(rawP99, 3)}`, 'the floor');
   row('local write, engine mutation (row + outbox) p50 / p99, ms', `${spread(engP50, 3)} / ${spread(engP99, 3)}`, `ratio engine/raw p50 ${fmt(median(engP50.map((e, i) => e / rawP50[i])), 2)}`);
-  // The mean of a run's 200 commits: finer than the p50, which the timer's 0.1 ms steps round.
+  // The mean of a run's commits: finer than the p50, which the timer's 0.1 ms steps round.
   const rawMean = r.localWrite.map((x) => mean(x.raw));
   const engMean = r.localWrite.map((x) => mean(x.engine));
-  row('local write, mean of 200 commits: bare INSERT / engine mutation, ms', `${spread(rawMean, 3)} / ${spread(engMean, 3)}`, `ratio engine/raw ${fmt(median(engMean.map((e, i) => e / rawMean[i])), 2)}`);
+  row(`local write, mean of ${r.localWrite[0].raw.length} commits: bare INSERT / engine mutation, ms`, `${spread(rawMean, 3)} / ${spread(engMean, 3)}`, `ratio engine/raw ${fmt(median(engMean.map((e, i) => e / rawMean[i])), 2)}`);
   if (r.localWrite[0].api) {
     const apiMean = r.localWrite.map((x) => mean(x.api));
-    row('local write, mean of 200 commits: the package\'s path (JS op, request id recorded, JS row), ms', spread(apiMean, 3), `ratio api/raw ${fmt(median(apiMean.map((e, i) => e / rawMean[i])), 2)}; api/engine ${fmt(median(apiMean.map((e, i) => e / engMean[i])), 2)}`);
+    row(`local write, mean of ${r.localWrite[0].raw.length} commits: the package's path (JS op, request id recorded, JS row), ms`, spread(apiMean, 3), `ratio api/raw ${fmt(median(apiMean.map((e, i) => e / rawMean[i])), 2)}; api/engine ${fmt(median(apiMean.map((e, i) => e / engMean[i])), 2)}`);
+  }
+  // Paired: the paths make their commit i back to back, so commit i's ratio compares one
+  // machine state; the median over a run's commits is robust to a stray GC or a slow flush.
+  const paired = (k) => r.localWrite.map((x) => median(x[k].map((v, i) => v / x.raw[i])));
+  if (r.localWrite[0].api) {
+    const n = r.localWrite[0].raw.length;
+    row(`local write, paired: median over ${n} commits of (path's commit i / bare INSERT's commit i) — engine · package's path · by hand`, `×${spread(paired('engine'), 3)} · ×${spread(paired('api'), 3)} · ×${spread(paired('byHand'), 3)}`, 'median [min–max] of runs');
   }
   // The engine's row + intent written by hand (same tables and indexes): the pages' cost.
   const handMean = r.localWrite.map((x) => mean(x.byHand));
-  row('local write, mean of 200 commits: the engine\'s row + intent by hand (no engine code), ms', spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
+  row(`local write, mean of ${r.localWrite[0].raw.length} commits: the engine's row + intent by hand (no engine code), ms`, spread(handMean, 3), `ratio engine/by hand ${fmt(median(engMean.map((e, i) => e / handMean[i])), 2)}; by hand/raw ${fmt(median(handMean.map((h, i) => h / rawMean[i])), 2)}`);
   // Per commit, what the OPFS VFS did (--only writes counts it): write calls, KiB, ms inside
   // the writes and the flushes — the rest of a commit's mean is CPU (SQLite and engine code).
   if (r.localWrite[0].apiSteps) {
@@ -282,10 +293,11 @@ if (r.localWrite) {
   const io = r.localWrite.map((x) => x.io).filter((x) => x && x.raw && x.engine);
   if (io.length) {
     const per = (k) => {
+      const c = r.localWrite[0].raw.length;
       const w = io.map((x) => x[k]).filter(Boolean);
       if (!w.length) return '–';
       const med = (f) => median(w.map(f));
-      return `${fmt(med((v) => v.calls / 200), 2)} · ${fmt(med((v) => v.bytes / 200 / 1024), 1)} · ${fmt(med((v) => v.ms / 200), 3)} · ${fmt(med((v) => v.flushes / 200), 2)} · ${fmt(med((v) => v.flushMs / 200), 3)}`;
+      return `${fmt(med((v) => v.calls / c), 2)} · ${fmt(med((v) => v.bytes / c / 1024), 1)} · ${fmt(med((v) => v.ms / c), 3)} · ${fmt(med((v) => v.flushes / c), 2)} · ${fmt(med((v) => v.flushMs / c), 3)}`;
     };
     row('local write, per commit on OPFS: write calls · KiB written · ms in writes · flushes · ms in flushes (raw / by hand / engine / package\'s path)', `${per('raw')} / ${per('byHand')} / ${per('engine')} / ${per('api')}`, 'median of runs');
   }

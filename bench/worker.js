@@ -80,6 +80,7 @@ self.onmessage = async ({ data }) => {
   try {
     await init();
     const runs = Number(data.runs ?? 5);
+    const commits = Number(data.commits || 200); // single-row commits per path and run (--commits)
     const results = {};
     if (data.only === 'pages') {
       const all = [];
@@ -94,7 +95,7 @@ self.onmessage = async ({ data }) => {
     if (data.only === 'idb') {
       // Only the IndexedDB storage (e.g. in WebKit, which has no OPFS sync access handles).
       log('local writes, IndexedDB');
-      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore(), plainJson));
+      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(commits, pageStore(), plainJson));
       log('bulk writes, IndexedDB');
       results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
       log('restore, IndexedDB');
@@ -171,20 +172,20 @@ self.onmessage = async ({ data }) => {
       // Only the write paths: single-row commits and the 10,000-row transaction, OPFS then IndexedDB.
       // The OPFS single-row runs also count the VFS's writes and flushes per phase.
       self.__opfsWrites = countOpfsWrites();
-      results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200, undefined, plainJson));
+      results.localWrite = await repeat(runs, () => bench.benchLocalWrite(commits, undefined, plainJson));
       results.bulk = await repeat(runs, () => bench.benchBulk(10000, undefined, plainJson));
-      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore(), plainJson));
+      results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(commits, pageStore(), plainJson));
       results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
       self.postMessage({ results });
       return;
     }
     log('local writes');
-    results.localWrite = await repeat(runs, () => bench.benchLocalWrite(200, undefined, plainJson));
+    results.localWrite = await repeat(runs, () => bench.benchLocalWrite(commits, undefined, plainJson));
     log('bulk writes');
     results.bulk = await repeat(runs, () => bench.benchBulk(10000, undefined, plainJson));
     // The same on the IndexedDB storage (the fallback where OPFS sync access handles are missing).
     log('local writes, IndexedDB');
-    results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(200, pageStore(), plainJson));
+    results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(commits, pageStore(), plainJson));
     log('bulk writes, IndexedDB');
     results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
     log('aes');
