@@ -62,11 +62,35 @@ impl AesKey {
 }
 
 /// HMAC-SHA256 of `message` under `key`.
-#[inline(never)]
 pub fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
-    let mut mac = <Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key length");
-    mac.update(message);
-    mac.finalize().into_bytes().into()
+    HmacKey::new(key).mac(message)
+}
+
+/// An HMAC-SHA256 key with its padded inner and outer blocks hashed once: a MAC of a short
+/// message then costs two SHA-256 compressions instead of four (every sealed event's stream id).
+#[derive(Clone)]
+pub struct HmacKey(Hmac<Sha256>);
+
+impl std::fmt::Debug for HmacKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("HmacKey(..)")
+    }
+}
+
+impl HmacKey {
+    /// Keys an HMAC-SHA256 with `key` (any length).
+    #[inline(never)]
+    pub fn new(key: &[u8]) -> HmacKey {
+        HmacKey(<Hmac<Sha256> as KeyInit>::new_from_slice(key).expect("HMAC takes any key length"))
+    }
+
+    /// HMAC-SHA256 of `message`.
+    #[inline(never)]
+    pub fn mac(&self, message: &[u8]) -> [u8; 32] {
+        let mut mac = self.0.clone();
+        mac.update(message);
+        mac.finalize().into_bytes().into()
+    }
 }
 
 #[cfg(test)]
@@ -100,6 +124,19 @@ mod tests {
         }
         assert_eq!(key.open(&nonce, &sealed, b"other aad"), None);
         assert_eq!(key.open(&nonce, &sealed[..TAG_LEN - 1], &aad), None, "shorter than a tag");
+    }
+
+    #[test]
+    fn a_keyed_hmac_gives_the_same_mac_every_time_as_a_fresh_one() {
+        let key = HmacKey::new(b"Jefe");
+        for _ in 0..2 {
+            assert_eq!(
+                key.mac(b"what do ya want for nothing?").to_vec(),
+                hex("5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843")
+            );
+        }
+        assert_eq!(key.mac(b"other"), hmac_sha256(b"Jefe", b"other"));
+        assert_ne!(key.mac(b"other"), key.mac(b"what do ya want for nothing?"));
     }
 
     #[test]

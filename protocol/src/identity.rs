@@ -12,7 +12,7 @@ use std::fmt;
 use hkdf::Hkdf;
 use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256, Sha512};
-use simplysync_crypto::{hmac_sha256, AesKey};
+use simplysync_crypto::{AesKey, HmacKey};
 
 use super::base64url;
 use super::bip39_english::{self, PhraseError};
@@ -197,6 +197,8 @@ pub struct Identity {
     relay_auth: String,
     data_key: [u8; 32],
     stream_key: [u8; 32],
+    /// `stream_key`, keyed once for every stream id.
+    stream_mac: HmacKey,
     cipher: AesKey,
 }
 
@@ -238,7 +240,8 @@ impl Identity {
 
     fn assemble(owner_id: String, relay_auth: String, data_key: [u8; 32], stream_key: [u8; 32]) -> Identity {
         let cipher = AesKey::new(&data_key);
-        Identity { owner_id, relay_auth, data_key, stream_key, cipher }
+        let stream_mac = HmacKey::new(&stream_key);
+        Identity { owner_id, relay_auth, data_key, stream_key, stream_mac, cipher }
     }
 
     /// The public, pseudonymous owner id (base64url of 16 bytes).
@@ -279,7 +282,7 @@ impl Identity {
         msg.push(',');
         write_str_literal(row_id, &mut msg);
         msg.push(']');
-        base64url::encode(&hmac_sha256(&self.stream_key, msg.as_bytes())[..16])
+        base64url::encode(&self.stream_mac.mac(msg.as_bytes())[..16])
     }
 }
 
