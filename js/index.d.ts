@@ -559,7 +559,8 @@ export declare class Engine<S extends Schema = Schema> {
   /**
    * One read-only SQL statement — a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an
    * argument, with a `;` at most at its end; each row is an object keyed by column name.
-   * Anything else rejects with `INVALID_QUERY`.
+   * Anything else rejects with `INVALID_QUERY`, and so does a read that would write underneath
+   * (`PRAGMA optimize`): the statement runs with every write refused.
    * @example
    * ```ts
    * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');

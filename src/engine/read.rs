@@ -84,7 +84,18 @@ impl Engine {
     /// object keyed by column name. Writes, multiple statements and syntax errors are refused.
     pub fn query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
         let db = self.db.borrow();
-        let mut stmt = prepare_read(&db, sql)?;
+        // What SQLite runs for a read may still write: `PRAGMA optimize` and its table run
+        // ANALYZE (writing `sqlite_stat1`), `PRAGMA incremental_vacuum` frees pages. The read
+        // runs with every write refused, and the connection writes again after it, whatever
+        // it answered.
+        db.execute_batch("PRAGMA query_only = 1")?;
+        let out = self.query_only(&db, sql, params);
+        db.execute_batch("PRAGMA query_only = 0")?;
+        out
+    }
+
+    fn query_only(&self, db: &rusqlite::Connection, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
+        let mut stmt = prepare_read(db, sql)?;
         if stmt.parameter_count() != params.len() {
             return Err(EngineError::InvalidQuery(format!(
                 "the statement takes {} parameters, {} given",

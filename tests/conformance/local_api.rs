@@ -273,6 +273,27 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
 }
 
 #[test]
+async fn a_read_that_writes_underneath_is_refused_and_later_writes_still_commit() {
+    let d = device().await;
+    for i in 0..50 {
+        d.engine.insert("todos", todo(&format!("t{i:02}"), "milk")).unwrap();
+    }
+    // A read to SQLite, but it runs ANALYZE on every table with an index (0x10002), which
+    // writes `sqlite_stat1`; and a pragma that frees pages.
+    let analyze = d.engine.query("SELECT * FROM pragma_optimize(0x10002)", &[]).unwrap_err();
+    assert_eq!(analyze.code(), "INVALID_QUERY");
+    assert!(analyze.to_string().contains("readonly"), "{analyze}");
+    let _ = d.engine.query("PRAGMA incremental_vacuum", &[]);
+    let stat = d.engine.query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
+    assert_eq!(stat, vec![parse_json(r#"{"n":0}"#).unwrap()], "nothing written");
+    // The connection writes again after a refused read, and after one that answered.
+    d.engine.insert("todos", todo("after", "eggs")).unwrap();
+    d.engine.query("SELECT 1 AS one", &[]).unwrap();
+    d.engine.update("todos", "after", parse_json(r#"{"title":"ham"}"#).unwrap()).unwrap();
+    assert_eq!(d.engine.get("todos", "after").unwrap().unwrap().get("title").unwrap().as_str(), Some("ham"));
+}
+
+#[test]
 async fn tables_read_names_the_schema_tables_a_statement_reads_however_it_reads_them() {
     let d = device().await;
     let read = |sql: &str| d.engine.tables_read(sql).unwrap();
