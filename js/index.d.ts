@@ -369,6 +369,12 @@ export interface RelayPassReport {
   applied: number;
   deferred: number;
   quarantined: number;
+  /**
+   * This device's own events it sent back unchanged (counted in `received`): a device pulls
+   * what it pushed, and a copy in the bytes it was sealed in is not opened again. One that
+   * differs is opened like any other event (and quarantined when it fails).
+   */
+  ownEchoes: number;
   reseeded: string | null;
   /** Events and chunks it refused on their own in this pass (set aside). */
   setAside: number;

@@ -19,6 +19,7 @@ use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::json_write::ToJson;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
+use crate::store::outbox;
 
 /// One classified event in this many is timed for the pull timings (from each page's first).
 const CLASSIFY_SAMPLE: u32 = 8;
@@ -74,6 +75,8 @@ pub enum Outcome {
     Stale,
     /// Already seen or already deferred.
     Duplicate,
+    /// This device's own event, sent back in the bytes it was sealed in: not opened again.
+    OwnEcho,
     /// Held for later.
     Deferred,
     /// Held for inspection.
@@ -244,6 +247,9 @@ impl Engine {
         if !held && !claimed && !run.seen.claim(&env.event_id)? {
             return Ok(Outcome::Duplicate);
         }
+        if !held && self.own_echo(tx, env)? {
+            return Ok(Outcome::OwnEcho);
+        }
         let hold = |reason: &str, detail: String, at: Option<i64>| HeldEvent {
             event_id: env.event_id.clone(),
             relay: relay.to_owned(),
@@ -329,6 +335,17 @@ impl Engine {
         }
     }
 
+    /// Whether `env` is one of this device's own events that the relay sent back (a device
+    /// pulls what it pushed) byte for byte as it was sealed: its row version is here already,
+    /// so opening and checking it again would only find it stale. A copy that differs in any
+    /// byte is opened like any other event and fails there — a relay that altered a device's
+    /// own events still shows in its quarantine — and so is one the outbox no longer keeps.
+    fn own_echo(&self, tx: &Connection, env: &SyncEnvelope) -> Result<bool, EngineError> {
+        // (An event id ends with the id of the device that wrote it: others are not looked up.)
+        let mine = env.event_id.ends_with(self.device_id.as_str());
+        Ok(mine && outbox::sealed_envelope(tx, &env.event_id)?.is_some_and(|sealed| sealed == env.to_json_text()))
+    }
+
     /// Writes the run's staged rows, each only when newer than the stored row.
     fn write_staged(&self, run: &mut ApplyRun<'_>) -> Result<(), EngineError> {
         let Some((name, _)) = run.staged.first() else { return Ok(()) };
@@ -375,7 +392,9 @@ impl Engine {
                         inbox::undefer(tx, &held.event_id)?;
                         changes.push(c);
                     }
-                    Outcome::Stale | Outcome::Quarantined | Outcome::Duplicate => inbox::undefer(tx, &held.event_id)?,
+                    Outcome::Stale | Outcome::OwnEcho | Outcome::Quarantined | Outcome::Duplicate => {
+                        inbox::undefer(tx, &held.event_id)?
+                    }
                     // (Held events are written at once: none is staged.)
                     Outcome::Deferred | Outcome::Staged => debug_assert!(run.staged.is_empty()),
                 }
@@ -406,7 +425,7 @@ impl Engine {
                         changes.push(c);
                         released += 1;
                     }
-                    Outcome::Stale | Outcome::Deferred | Outcome::Duplicate => {
+                    Outcome::Stale | Outcome::OwnEcho | Outcome::Deferred | Outcome::Duplicate => {
                         inbox::release(tx, &h.relay, &h.event_id)?;
                         released += 1;
                     }

@@ -231,7 +231,7 @@ impl Engine {
             self.classified.set(0);
             self.opened_used.set(0);
             let (changes, stats) = self.write(|tx| {
-                let (mut changes, mut stats) = (Vec::new(), [0u64; 3]);
+                let (mut changes, mut stats) = (Vec::new(), [0u64; 4]);
                 let mut run = ApplyRun::new(tx)?;
                 let mut envelopes = Vec::with_capacity(CLAIM_RUN);
                 for (c, chunk) in page.events.chunks_mut(CLAIM_RUN).enumerate() {
@@ -259,6 +259,7 @@ impl Engine {
                             Outcome::Applied(c) => changes.push(c),
                             Outcome::Deferred => stats[1] += 1,
                             Outcome::Quarantined => stats[2] += 1,
+                            Outcome::OwnEcho => stats[3] += 1,
                             Outcome::Stale | Outcome::Duplicate | Outcome::Staged => {}
                         }
                     }
@@ -293,6 +294,7 @@ impl Engine {
             report.applied += stats[0];
             report.deferred += stats[1];
             report.quarantined += stats[2];
+            report.own_echoes += stats[3];
             self.listeners.emit_change(&ChangeEvent::new(ChangeSource::Remote, changes));
             if let Some(e) = cursor_error {
                 return Err(e);

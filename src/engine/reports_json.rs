@@ -31,6 +31,7 @@ impl ToJson for RelayPassReport {
             .member("applied", &self.applied)
             .member("deferred", &self.deferred)
             .member("quarantined", &self.quarantined)
+            .member("ownEchoes", &self.own_echoes)
             .member("reseeded", &self.reseeded)
             .member("setAside", &self.set_aside)
             .member("forged", &self.forged)
@@ -198,6 +199,7 @@ mod tests {
             applied: 3,
             deferred: 4,
             quarantined: 5,
+            own_echoes: 8,
             reseeded: more.then(|| "wiped".into()),
             set_aside: 6,
             forged: 7,

@@ -87,6 +87,9 @@ pub struct RelayPassReport {
     pub deferred: u64,
     /// Events quarantined.
     pub quarantined: u64,
+    /// This device's own events it sent back unchanged (counted in `received`): recognized
+    /// by the bytes they were sealed in and not opened again.
+    pub own_echoes: u64,
     /// Why it was re-seeded, if it was.
     pub reseeded: Option<String>,
     /// Events and chunks it refused on their own, set aside in this pass.

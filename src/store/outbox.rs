@@ -155,6 +155,17 @@ pub fn mark_sealed(conn: &Connection, event_id: &str, envelope_json: &str) -> Re
     Ok(())
 }
 
+/// The envelope event `event_id` was sealed in, while the outbox keeps it (until every relay
+/// acknowledged it and the pass pruned it); `None` for an intent not sealed yet, or no event.
+pub fn sealed_envelope(conn: &Connection, event_id: &str) -> Result<Option<String>, StoreError> {
+    let mut stmt = conn.prepare_cached("SELECT envelope_json FROM _sync_outbox WHERE event_id = ?1")?;
+    let mut rows = stmt.query([event_id])?;
+    Ok(match rows.next()? {
+        Some(row) => row.get(0)?,
+        None => None,
+    })
+}
+
 /// Drops an intent a later write superseded (never sealed, never sent).
 pub fn drop_intent(conn: &Connection, event_id: &str) -> Result<(), StoreError> {
     conn.prepare_cached("DELETE FROM _sync_outbox WHERE event_id = ?1 AND envelope_json IS NULL")?

@@ -411,10 +411,33 @@ async fn a_device_alone_on_a_relay_notices_when_the_relay_changes_its_own_events
     }
     let before = a.todos();
     let r = a.sync().await.relays.swap_remove(0);
-    assert_eq!((r.pushed, r.received, r.applied, r.quarantined), (3, 3, 0, 3), "{r:?}");
+    assert_eq!((r.pushed, r.received, r.applied, r.quarantined, r.own_echoes), (3, 3, 0, 3, 0), "{r:?}");
     let held = a.engine.quarantined().unwrap();
     assert!(held.iter().all(|h| h.reason == "AUTH_FAILED"), "{held:?}");
     assert_eq!(a.todos(), before, "its rows stay as written");
+}
+
+#[tokio::test]
+async fn a_device_does_not_open_its_own_events_again_when_the_relay_sends_them_back_unchanged() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::new(&secret, &[&relay.url]);
+    for id in ["a", "b", "c"] {
+        a.engine.insert("todos", todo(id, "x")).unwrap();
+    }
+    let before = a.todos();
+    let r = a.sync().await.relays.swap_remove(0);
+    assert_eq!((r.pushed, r.received, r.own_echoes, r.applied, r.quarantined), (3, 3, 3, 0, 0), "{r:?}");
+    assert_eq!(a.todos(), before);
+    // Another device's events (of the same owner) are opened and applied as before, and its
+    // own come back to it as echoes too.
+    let b = Device::new(&secret, &[&relay.url]);
+    b.engine.insert("todos", todo("d", "y")).unwrap();
+    let r = b.sync().await.relays.swap_remove(0);
+    assert_eq!((r.pushed, r.received, r.own_echoes, r.applied), (1, 4, 1, 3), "{r:?}");
+    let r = a.sync().await.relays.swap_remove(0);
+    assert_eq!((r.received, r.own_echoes, r.applied), (1, 0, 1), "{r:?}");
+    assert_eq!(a.todos(), b.todos());
 }
 
 #[tokio::test]
