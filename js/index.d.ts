@@ -371,8 +371,8 @@ export interface RelayPassReport {
   quarantined: number;
   /**
    * This device's own events it sent back unchanged (counted in `received`): a device pulls
-   * what it pushed, and a copy in the bytes it was sealed in is not opened again. One that
-   * differs is opened like any other event (and quarantined when it fails).
+   * what it pushed, and a copy whose every field is as it was sealed is not opened again. One
+   * that differs is opened like any other event (and quarantined when it fails).
    */
   ownEchoes: number;
   reseeded: string | null;
@@ -566,7 +566,7 @@ export declare class Engine<S extends Schema = Schema> {
    * One read-only SQL statement — a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an
    * argument, with a `;` at most at its end; each row is an object keyed by column name.
    * Anything else rejects with `INVALID_QUERY`, and so does a read that would write underneath
-   * (`PRAGMA optimize`): the statement runs with every write refused.
+   * (`SELECT * FROM pragma_optimize`, which runs ANALYZE).
    * @example
    * ```ts
    * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');

@@ -84,17 +84,17 @@ impl Engine {
     /// object keyed by column name. Writes, multiple statements and syntax errors are refused.
     pub fn query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
         let db = self.db.borrow();
-        // What SQLite runs for a read may still write: `PRAGMA optimize` and its table run
-        // ANALYZE (writing `sqlite_stat1`), `PRAGMA incremental_vacuum` frees pages. The read
-        // runs with every write refused, and the connection writes again after it, whatever
-        // it answered.
-        db.execute_batch("PRAGMA query_only = 1")?;
-        let out = self.query_only(&db, sql, params);
-        db.execute_batch("PRAGMA query_only = 0")?;
-        out
+        // A read to SQLite may still write underneath: the `pragma_optimize` table (and `PRAGMA
+        // optimize`, when SQLite counts it a read) runs ANALYZE, writing `sqlite_stat1`. Such
+        // a text runs with every write refused. Only such a text: setting a flag pragma
+        // expires every prepared statement of the connection (each is compiled again at its
+        // next use), which every read would otherwise cost the writes after it. A name cannot
+        // be spelled without its letters (SQL quoting escapes only quotes).
+        let _refusing = if mentions(sql, "optimize") { Some(WritesRefused::on(&db)?) } else { None };
+        self.run_query(&db, sql, params)
     }
 
-    fn query_only(&self, db: &rusqlite::Connection, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
+    fn run_query(&self, db: &rusqlite::Connection, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
         let mut stmt = prepare_read(db, sql)?;
         if stmt.parameter_count() != params.len() {
             return Err(EngineError::InvalidQuery(format!(
@@ -175,6 +175,31 @@ fn prepare_read<'c>(db: &'c rusqlite::Connection, sql: &str) -> Result<rusqlite:
         return Err(refused());
     }
     Ok(stmt)
+}
+
+/// Whether `sql` holds `word` (lowercase ASCII), in any case.
+fn mentions(sql: &str, word: &str) -> bool {
+    sql.as_bytes().windows(word.len()).any(|w| w.eq_ignore_ascii_case(word.as_bytes()))
+}
+
+/// The connection refusing every write (`PRAGMA query_only`) while this lives; writing again
+/// once it is dropped, whatever the read in between did (an error, a panic that unwinds).
+struct WritesRefused<'c>(&'c rusqlite::Connection);
+
+impl<'c> WritesRefused<'c> {
+    fn on(db: &'c rusqlite::Connection) -> Result<Self, EngineError> {
+        db.execute_batch("PRAGMA query_only = 1")?;
+        Ok(Self(db))
+    }
+}
+
+impl Drop for WritesRefused<'_> {
+    fn drop(&mut self) {
+        // Setting a flag allocates nothing and touches no file; should it fail all the same,
+        // later writes fail with SQLite's "readonly database" (an error, nothing lost).
+        let reset = self.0.execute_batch("PRAGMA query_only = 0");
+        debug_assert!(reset.is_ok(), "query_only reset: {reset:?}");
+    }
 }
 
 /// `sql` from its first token: leading whitespace and SQL comments skipped (an unterminated
