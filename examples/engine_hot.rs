@@ -182,7 +182,12 @@ mod native {
         let rate = |d: std::time::Duration| n as f64 / d.as_secs_f64();
         println!("bulk    {:>10.0} rows/s", rate(bulk));
         println!("seal    {:>10.0} events/s", rate(seal));
-        println!("push    {:>10.0} events/s  (own events back: {} received, {} recognized)", rate(push), pass.relays[0].received, pass.relays[0].own_echoes);
+        println!(
+            "push    {:>10.0} events/s  (own events back: {} received, {} recognized)",
+            rate(push),
+            pass.relays[0].received,
+            pass.relays[0].own_echoes
+        );
         println!("restore {:>10.0} events/s  {:?}", rate(restore), report.relays[0].timings);
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -75,7 +75,7 @@ pub enum Outcome {
     Stale,
     /// Already seen or already deferred.
     Duplicate,
-    /// This device's own event, sent back in the bytes it was sealed in: not opened again.
+    /// This device's own event, sent back as it was sealed: not opened again.
     OwnEcho,
     /// Held for later.
     Deferred,
@@ -336,13 +336,17 @@ impl Engine {
     }
 
     /// Whether `env` is one of this device's own events that the relay sent back (a device
-    /// pulls what it pushed) byte for byte as it was sealed: its row version is here already,
-    /// so opening and checking it again would only find it stale. A copy that differs in any
-    /// byte is opened like any other event and fails there — a relay that altered a device's
-    /// own events still shows in its quarantine — and so is one the outbox no longer keeps.
+    /// pulls what it pushed) with every field as it was sealed — its canonical text equal to
+    /// the outbox's — so its row version is here already and opening it again would only find
+    /// it stale. Every field compared is authenticated (the header is the AAD; nonce and
+    /// ciphertext are GCM's input), so a copy that differs in any of them would fail to open:
+    /// it is opened like any other event and quarantined — a relay that altered a device's own
+    /// events still shows — and so is an event the outbox no longer keeps. (As for any event,
+    /// a copy that arrives after its id was seen is a duplicate and is not opened.)
     fn own_echo(&self, tx: &Connection, env: &SyncEnvelope) -> Result<bool, EngineError> {
-        // (An event id ends with the id of the device that wrote it: others are not looked up.)
-        let mine = env.event_id.ends_with(self.device_id.as_str());
+        // (Only this device's are looked up. Its device id, not its event id: a re-seed or a
+        // re-key seals rows written elsewhere under their own event ids.)
+        let mine = env.device_id == self.device_id;
         Ok(mine && outbox::sealed_envelope(tx, &env.event_id)?.is_some_and(|sealed| sealed == env.to_json_text()))
     }
 

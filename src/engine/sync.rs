@@ -87,8 +87,8 @@ pub struct RelayPassReport {
     pub deferred: u64,
     /// Events quarantined.
     pub quarantined: u64,
-    /// This device's own events it sent back unchanged (counted in `received`): recognized
-    /// by the bytes they were sealed in and not opened again.
+    /// This device's own events it sent back unchanged (counted in `received`): every field
+    /// as the outbox keeps it sealed, so not opened again.
     pub own_echoes: u64,
     /// Why it was re-seeded, if it was.
     pub reseeded: Option<String>,
@@ -156,6 +156,7 @@ impl SyncReport {
                     x.applied += r.applied;
                     x.deferred += r.deferred;
                     x.quarantined += r.quarantined;
+                    x.own_echoes += r.own_echoes;
                     x.set_aside += r.set_aside;
                     x.forged += r.forged;
                     x.reseeded = r.reseeded.or(x.reseeded.take());
@@ -166,6 +167,7 @@ impl SyncReport {
                     x.timings.parse_ms += r.timings.parse_ms;
                     x.timings.decrypt_ms += r.timings.decrypt_ms;
                     x.timings.apply_ms += r.timings.apply_ms;
+                    x.timings.opened_ahead += r.timings.opened_ahead;
                 }
                 None => self.relays.push(r),
             }
@@ -560,5 +562,37 @@ impl Engine {
         });
         self.emit_status();
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_of_several_passes_add_up_every_count() {
+        let pass = || RelayPassReport {
+            url: "https://relay.example".into(),
+            pushed: 1,
+            received: 2,
+            applied: 3,
+            deferred: 4,
+            quarantined: 5,
+            own_echoes: 6,
+            set_aside: 7,
+            forged: 8,
+            timings: PullTimings { http_ms: 1.0, parse_ms: 2.0, decrypt_ms: 3.0, apply_ms: 4.0, opened_ahead: 9 },
+            ..RelayPassReport::default()
+        };
+        let mut total = SyncReport { sealed: 1, deferred_applied: 2, relays: vec![pass()] };
+        total.absorb(SyncReport { sealed: 1, deferred_applied: 2, relays: vec![pass()] });
+        let r = &total.relays[0];
+        assert_eq!((total.sealed, total.deferred_applied, total.relays.len()), (2, 4, 1));
+        assert_eq!(
+            (r.pushed, r.received, r.applied, r.deferred, r.quarantined, r.own_echoes, r.set_aside, r.forged),
+            (2, 4, 6, 8, 10, 12, 14, 16)
+        );
+        let t = r.timings;
+        assert_eq!((t.http_ms, t.parse_ms, t.decrypt_ms, t.apply_ms, t.opened_ahead), (2.0, 4.0, 6.0, 8.0, 18));
     }
 }

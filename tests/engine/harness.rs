@@ -495,7 +495,12 @@ pub fn phrase() -> String {
 
 /// Alters the first character of an envelope's (JSON) ciphertext: it no longer authenticates.
 pub fn alter_ciphertext(envelope: &mut serde_json::Value) {
-    let ct = envelope["ciphertext"].as_str().unwrap();
-    let flipped = if ct.starts_with('A') { "B" } else { "A" };
-    envelope["ciphertext"] = format!("{flipped}{}", &ct[1..]).into();
+    alter_field(envelope, "ciphertext");
+}
+
+/// `field` of an envelope changed by one character (its first, flipped between `A` and `B`).
+pub fn alter_field(envelope: &mut serde_json::Value, field: &str) {
+    let text = envelope[field].as_str().unwrap();
+    let flipped = if text.starts_with('A') { "B" } else { "A" };
+    envelope[field] = format!("{flipped}{}", &text[1..]).into();
 }

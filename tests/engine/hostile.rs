@@ -401,20 +401,25 @@ fn repeat_one_event_forged(d: &Device, forged_first: bool) {
 
 #[tokio::test]
 async fn a_device_alone_on_a_relay_notices_when_the_relay_changes_its_own_events() {
-    let relay = TestRelay::start();
-    let a = Device::new(&phrase(), &[&relay.url]);
-    // Its own events, sent back forged: each is opened like any other and fails its tag (a
-    // device that skipped its own echoes would never learn its backup was altered).
-    rewrite_pages(&a, |v| v["events"].as_array_mut().unwrap().iter_mut().for_each(crate::harness::alter_ciphertext));
-    for id in ["a", "b", "c"] {
-        a.engine.insert("todos", todo(id, "x")).unwrap();
+    // Its own events, sent back with one field altered, whichever: each is opened like any
+    // other and fails authentication (a device that skipped its own echoes would never learn
+    // its backup was altered).
+    for field in ["ciphertext", "nonce", "createdAt", "streamId", "deviceId"] {
+        let relay = TestRelay::start();
+        let a = Device::new(&phrase(), &[&relay.url]);
+        rewrite_pages(&a, move |v| {
+            v["events"].as_array_mut().unwrap().iter_mut().for_each(|e| crate::harness::alter_field(e, field))
+        });
+        for id in ["a", "b", "c"] {
+            a.engine.insert("todos", todo(id, "x")).unwrap();
+        }
+        let before = a.todos();
+        let r = a.sync().await.relays.swap_remove(0);
+        assert_eq!((r.pushed, r.received, r.applied, r.quarantined, r.own_echoes), (3, 3, 0, 3, 0), "{field}: {r:?}");
+        let held = a.engine.quarantined().unwrap();
+        assert!(held.iter().all(|h| h.reason == "AUTH_FAILED"), "{field}: {held:?}");
+        assert_eq!(a.todos(), before, "{field}: its rows stay as written");
     }
-    let before = a.todos();
-    let r = a.sync().await.relays.swap_remove(0);
-    assert_eq!((r.pushed, r.received, r.applied, r.quarantined, r.own_echoes), (3, 3, 0, 3, 0), "{r:?}");
-    let held = a.engine.quarantined().unwrap();
-    assert!(held.iter().all(|h| h.reason == "AUTH_FAILED"), "{held:?}");
-    assert_eq!(a.todos(), before, "its rows stay as written");
 }
 
 #[tokio::test]
