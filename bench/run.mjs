@@ -260,6 +260,7 @@ const fmt = (x, digits = 0) => x.toLocaleString('en-US', { minimumFractionDigits
 const rows = [];
 const row = (what, value, note = '') => rows.push(`| ${what} | ${value} | ${note} |`);
 if (r.localWrite) {
+  row('the bench worker cross-origin isolated (its clock in 5 µs steps; else 100 µs)', String(r.crossOriginIsolated), '--isolated');
   const rawP50 = r.localWrite.map((x) => median(x.raw));
   const engP50 = r.localWrite.map((x) => median(x.engine));
   const rawP99 = r.localWrite.map((x) => pct(x.raw, 99));
@@ -274,8 +275,9 @@ if (r.localWrite) {
     const apiMean = r.localWrite.map((x) => mean(x.api));
     row(`local write, mean of ${r.localWrite[0].raw.length} commits: the package's path (JS op, request id recorded, JS row), ms`, spread(apiMean, 3), `ratio api/raw ${fmt(median(apiMean.map((e, i) => e / rawMean[i])), 2)}; api/engine ${fmt(median(apiMean.map((e, i) => e / engMean[i])), 2)}`);
   }
-  // Paired: the paths make their commit i back to back, so commit i's ratio compares one
-  // machine state; the median over a run's commits is robust to a stray GC or a slow flush.
+  // Paired: the paths make their commit i in one round (in an order rotated per commit), so
+  // commit i's ratio compares one machine state; the median over a run's commits is robust to
+  // a stray collection or a slow flush.
   const paired = (k) => r.localWrite.map((x) => median(x[k].map((v, i) => v / x.raw[i])));
   if (r.localWrite[0].api) {
     const n = r.localWrite[0].raw.length;

@@ -81,7 +81,7 @@ self.onmessage = async ({ data }) => {
     await init();
     const runs = Number(data.runs ?? 5);
     const commits = Number(data.commits || 200); // single-row commits per path and run (--commits)
-    const results = {};
+    const results = { crossOriginIsolated: self.crossOriginIsolated }; // (--isolated: a 5 µs clock)
     if (data.only === 'pages') {
       const all = [];
       for (let i = 0; i < runs; i++) all.push(await bench.benchPageSizes());

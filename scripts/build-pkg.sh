@@ -25,14 +25,19 @@ cp js/*.d.ts pkg-template/README.md pkg/
 # The JS without comments and whitespace (esbuild, one file at a time, no bundling): names stay,
 # so stack traces still read; the readable sources with their comments are js/ in the repo.
 # The wasm-bindgen glue too. -14 KB gzip of the package (BENCHMARKS.md, round seventeen).
-# The glue's local names are shortened as well (-714 bytes gzip): they are generated helpers
+# The glue's local names are shortened as well (-717 bytes gzip): they are generated helpers
 # (`passStringToWasm0`, `handleError`, …) that say nothing in a stack trace; what it exports,
 # and the import names the wasm module looks up, are kept.
 ESBUILD="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}/node_modules/.bin/esbuild"
 strip_js() { "$ESBUILD" "$1" --minify-whitespace --minify-syntax --format=esm --log-level=warning --outfile="$2" --allow-overwrite "${@:3}"; }
 for f in js/*.js; do strip_js "$f" "pkg/$(basename "$f")"; done
 # Its classes keep their names (an error's "expected instance of Identity", the console's view).
-for c in $(sed -n 's/^export class \([A-Za-z0-9_$]*\).*/\1/p' pkg/simplysync.js); do
+classes=$(sed -n 's/^export class \([A-Za-z0-9_$]*\).*/\1/p' pkg/simplysync.js)
+if [ "$(echo "$classes" | grep -c .)" != "$(grep -c '^export class ' pkg/simplysync.d.ts)" ]; then
+  echo "build-pkg.sh: the glue's classes ($classes) are not the ones its types declare" >&2
+  exit 1
+fi
+for c in $classes; do
   echo "Object.defineProperty($c, 'name', { value: '$c' });" >> pkg/simplysync.js
 done
 strip_js pkg/simplysync.js pkg/simplysync.js --minify-identifiers
