@@ -275,19 +275,29 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
 #[test]
 async fn a_read_that_writes_underneath_is_refused_and_later_writes_still_commit() {
     let d = device().await;
-    for i in 0..50 {
-        d.engine.insert("todos", todo(&format!("t{i:02}"), "milk")).unwrap();
+    let ops: Vec<Op> =
+        (0..2000).map(|i| Op::Insert { table: "todos".into(), row: todo(&format!("t{i:04}"), "milk") }).collect();
+    d.engine.transaction(&ops).unwrap();
+    // Reads to SQLite that write underneath: the `pragma_optimize` table runs ANALYZE on every
+    // table with an index that SQLite finds worth it (0x10002), writing `sqlite_stat1` — in any
+    // case, quoted or not; the pragmas write when there is work for them. Natively there is,
+    // and each is refused (by SQLite's read-only check, or by the write refused underneath);
+    // the browser's build (its pages, its options) finds none and may answer with nothing run.
+    // Either way nothing is written.
+    for sneaky in [
+        "SELECT * FROM pragma_optimize(0x10002)",
+        "select * from main.\"Pragma_Optimize\"(0x10002)",
+        "PRAGMA optimize",
+        "PRAGMA incremental_vacuum",
+    ] {
+        match d.engine.query(sneaky, &[]) {
+            Err(refused) => assert_eq!(refused.code(), "INVALID_QUERY", "{sneaky}"),
+            Ok(rows) => assert!(cfg!(target_arch = "wasm32") && rows.is_empty(), "{sneaky}: {rows:?}"),
+        }
     }
-    // A read to SQLite, but it runs ANALYZE on every table with an index (0x10002), which
-    // writes `sqlite_stat1` — in any case, quoted or not.
-    for sneaky in ["SELECT * FROM pragma_optimize(0x10002)", "select * from main.\"Pragma_Optimize\"(0x10002)"] {
-        let analyze = d.engine.query(sneaky, &[]).unwrap_err();
-        assert_eq!(analyze.code(), "INVALID_QUERY", "{sneaky}");
-        assert!(analyze.to_string().contains("readonly"), "{sneaky}: {analyze}");
-    }
-    // Pragmas that write are refused before they run.
-    for writes in ["PRAGMA optimize", "PRAGMA incremental_vacuum"] {
-        assert_eq!(d.engine.query(writes, &[]).unwrap_err().code(), "INVALID_QUERY", "{writes}");
+    let analyze = d.engine.query("SELECT * FROM pragma_optimize(0x10002)", &[]);
+    if let Err(refused) = analyze {
+        assert!(refused.to_string().contains("readonly"), "the write refused underneath: {refused}");
     }
     let stat = d.engine.query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
     assert_eq!(stat, vec![parse_json(r#"{"n":0}"#).unwrap()], "nothing written");
