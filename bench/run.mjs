@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes] [--cpu-profile FILE] [--threads] [--profile disk|memory] [--commits 200] [--isolated]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes|aes] [--cpu-profile FILE] [--threads] [--profile disk|memory] [--commits 200] [--isolated]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';

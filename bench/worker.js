@@ -76,12 +76,30 @@ async function repeat(runs, fn) {
   return out;
 }
 
+/** AES-256-GCM in the module against WebCrypto, at an event's size and a blob chunk's. */
+async function aes(results, runs) {
+  log('aes');
+  results.aes = {};
+  for (const size of [1024, 262144]) {
+    results.aes[size] = {
+      wasm: await repeat(runs, () => bench.benchAes(size, 300)),
+      webcrypto: await repeat(runs, () => webcryptoThroughput(size, 300, 1)),
+      webcrypto32: await repeat(runs, () => webcryptoThroughput(size, 300, 32)),
+    };
+  }
+}
+
 self.onmessage = async ({ data }) => {
   try {
     await init();
     const runs = Number(data.runs ?? 5);
     const commits = Number(data.commits || 200); // single-row commits per path and run (--commits)
     const results = { crossOriginIsolated: self.crossOriginIsolated }; // (--isolated: a 5 µs clock)
+    if (data.only === 'aes') {
+      await aes(results, runs);
+      self.postMessage({ results });
+      return;
+    }
     if (data.only === 'pages') {
       const all = [];
       for (let i = 0; i < runs; i++) all.push(await bench.benchPageSizes());
@@ -188,15 +206,7 @@ self.onmessage = async ({ data }) => {
     results.localWriteIdb = await repeat(runs, () => bench.benchLocalWrite(commits, pageStore(), plainJson));
     log('bulk writes, IndexedDB');
     results.bulkIdb = await repeat(runs, () => bench.benchBulk(10000, pageStore(), plainJson));
-    log('aes');
-    results.aes = {};
-    for (const size of [1024, 262144]) {
-      results.aes[size] = {
-        wasm: await repeat(runs, () => bench.benchAes(size, 300)),
-        webcrypto: await repeat(runs, () => webcryptoThroughput(size, 300, 1)),
-        webcrypto32: await repeat(runs, () => webcryptoThroughput(size, 300, 32)),
-      };
-    }
+    await aes(results, runs);
     if (data.relay && data.restoreSecret) {
       log('restore');
       // Each run restores into a fresh database; the warm-up run is skipped (it would be a full restore too).
