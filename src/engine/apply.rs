@@ -345,9 +345,12 @@ impl Engine {
     /// a copy that arrives after its id was seen is a duplicate and is not opened.)
     fn own_echo(&self, tx: &Connection, env: &SyncEnvelope) -> Result<bool, EngineError> {
         // (Only this device's are looked up. Its device id, not its event id: a re-seed or a
-        // re-key seals rows written elsewhere under their own event ids.)
-        let mine = env.device_id == self.device_id;
-        Ok(mine && outbox::sealed_envelope(tx, &env.event_id)?.is_some_and(|sealed| sealed == env.to_json_text()))
+        // re-key seals rows written elsewhere under their own event ids — though a device has
+        // usually seen those, and a seen id is a duplicate before it gets here.)
+        if env.device_id != self.device_id {
+            return Ok(false);
+        }
+        Ok(outbox::sealed_envelope(tx, &env.event_id)?.is_some_and(|sealed| sealed == env.to_json_text()))
     }
 
     /// Writes the run's staged rows, each only when newer than the stored row.
