@@ -12,7 +12,7 @@
 //! (a seq and a unique index on the event id, as before, cost two: BENCHMARKS.md, issue 17
 //! round twenty-three).
 
-use rusqlite::{params, CachedStatement, Connection};
+use rusqlite::{params, CachedStatement, Connection, OptionalExtension};
 
 use super::StoreError;
 
@@ -158,12 +158,11 @@ pub fn mark_sealed(conn: &Connection, event_id: &str, envelope_json: &str) -> Re
 /// The envelope event `event_id` was sealed in, while the outbox keeps it (until every relay
 /// acknowledged it and the pass pruned it); `None` for an intent not sealed yet, or no event.
 pub fn sealed_envelope(conn: &Connection, event_id: &str) -> Result<Option<String>, StoreError> {
-    let mut stmt = conn.prepare_cached("SELECT envelope_json FROM _sync_outbox WHERE event_id = ?1")?;
-    let mut rows = stmt.query([event_id])?;
-    Ok(match rows.next()? {
-        Some(row) => row.get(0)?,
-        None => None,
-    })
+    Ok(conn
+        .prepare_cached("SELECT envelope_json FROM _sync_outbox WHERE event_id = ?1")?
+        .query_row([event_id], |r| r.get(0))
+        .optional()?
+        .flatten())
 }
 
 /// Drops an intent a later write superseded (never sealed, never sent).
