@@ -230,12 +230,22 @@ pub fn record_acks(conn: &Connection, relay: &str, event_ids: &[String], now: u6
 
 /// Events of the outbox `relay` has not acknowledged (sealed or not), not counting those set
 /// aside for it.
+///
+/// Counted as the outbox's size less what `relay` acknowledged and what was set aside for it
+/// (and not acknowledged), each of those counted only while its event is still queued. The
+/// outbox's size is a count of its pages' cells, not of lookups, so a status costs a lookup per
+/// acknowledgement and set-aside event — few between passes, since a pass prunes what every
+/// relay acknowledged — not two per queued event (a 100,000-event backlog counted 200,000
+/// lookups at each status: BENCHMARKS.md, issue 17 round thirty-two).
 pub fn pending_count(conn: &Connection, relay: &str) -> Result<u64, StoreError> {
     let n: i64 = conn
         .prepare_cached(
-            "SELECT count(*) FROM _sync_outbox o
-         WHERE NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
-           AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event' AND s.item = o.event_id)",
+            "SELECT (SELECT count(*) FROM _sync_outbox)
+              - (SELECT count(*) FROM _sync_acks a WHERE a.relay = ?1
+                   AND EXISTS (SELECT 1 FROM _sync_outbox o WHERE o.event_id = a.event_id))
+              - (SELECT count(*) FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event'
+                   AND EXISTS (SELECT 1 FROM _sync_outbox o WHERE o.event_id = s.item)
+                   AND NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = s.item))",
         )?
         .query_row([relay], |r| r.get(0))?;
     Ok(n as u64)
@@ -303,6 +313,74 @@ mod tests {
             Ok((r.get(0)?, r.get(1)?))
         })
         .unwrap()
+    }
+
+    /// What `pending_count` means, row by row: the definition it must agree with.
+    fn pending_by_definition(conn: &Connection, relay: &str) -> u64 {
+        conn.query_row(
+            "SELECT count(*) FROM _sync_outbox o
+             WHERE NOT EXISTS (SELECT 1 FROM _sync_acks a WHERE a.relay = ?1 AND a.event_id = o.event_id)
+               AND NOT EXISTS (SELECT 1 FROM _sync_set_aside s WHERE s.relay = ?1 AND s.kind = 'event' AND s.item = o.event_id)",
+            [relay],
+            |r| r.get::<_, i64>(0),
+        )
+        .unwrap() as u64
+    }
+
+    #[test]
+    fn the_pending_count_agrees_with_its_definition_whatever_is_acknowledged_set_aside_or_gone() {
+        let relays = ["https://a", "https://b"];
+        // Each event id in some of every state: queued or gone (an ack outliving its purged
+        // intent until the pass's prune), acknowledged by a relay, set aside for one (as an
+        // event, or a chunk of the same name), in every combination over 4 seeds of states.
+        for seed in 0u32..4 {
+            let conn = outbox();
+            for i in 0u32..64 {
+                let id = format!("e{i:02}");
+                let bits = i.rotate_left(seed) ^ (seed * 0x9e37);
+                if bits & 1 == 0 {
+                    enqueue(&conn, &id, "t", &id, 1).unwrap();
+                    if bits & 2 == 0 {
+                        mark_sealed(&conn, &id, "{}").unwrap();
+                    }
+                }
+                for (k, relay) in relays.iter().enumerate() {
+                    if bits >> (2 + k) & 1 == 1 {
+                        ack_without_push(&conn, relay, &id).unwrap();
+                    }
+                    let kind = ["event", "chunk"][(bits >> 6) as usize & 1];
+                    if bits >> (4 + k) & 1 == 1 {
+                        conn.execute(
+                            "INSERT INTO _sync_set_aside (relay, kind, item, reason, at) VALUES (?1, ?2, ?3, 'TOO_LARGE', 1)",
+                            params![relay, kind, id],
+                        )
+                        .unwrap();
+                    }
+                }
+            }
+            for relay in relays.iter().chain(&["https://none"]) {
+                assert_eq!(pending_count(&conn, relay).unwrap(), pending_by_definition(&conn, relay), "{seed} {relay}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_acknowledgement_or_a_set_aside_counts_once_and_only_while_its_event_is_queued() {
+        let conn = outbox();
+        for id in ["e1", "e2", "e3", "e4"] {
+            enqueue(&conn, id, "t", id, 1).unwrap();
+            mark_sealed(&conn, id, "{}").unwrap();
+        }
+        assert_eq!(pending_count(&conn, "r").unwrap(), 4);
+        ack_without_push(&conn, "r", "e1").unwrap();
+        ack_without_push(&conn, "other", "e2").unwrap();
+        conn.execute("INSERT INTO _sync_set_aside VALUES ('r', 'event', 'e1', 'TOO_LARGE', 1)", []).unwrap();
+        conn.execute("INSERT INTO _sync_set_aside VALUES ('r', 'event', 'e3', 'TOO_LARGE', 1)", []).unwrap();
+        assert_eq!(pending_count(&conn, "r").unwrap(), 2, "e1 acknowledged and set aside, e3 set aside");
+        drop_row_events(&conn, "t", "e1").unwrap();
+        drop_row_events(&conn, "t", "e4").unwrap();
+        ack_without_push(&conn, "r", "gone").unwrap();
+        assert_eq!(pending_count(&conn, "r").unwrap(), 1, "only e2 waits; acks of events not queued count nothing");
     }
 
     #[test]
