@@ -1,7 +1,7 @@
 // Browser benchmarks, end to end: builds the bench wasm (release + wasm-opt, like the package),
 // starts a release relay on a fresh database, seeds 100,000 real events, runs bench/index.html
 // in headless Chromium (dedicated worker, OPFS) and prints medians and spreads.
-//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes|aes] [--cpu-profile FILE] [--threads] [--profile disk|memory] [--commits 200] [--isolated]
+//   node bench/run.mjs [--runs 5] [--events 100000] [--skip-build] [--only restore|package|writes|aes|status] [--cpu-profile FILE] [--threads] [--profile disk|memory] [--commits 200] [--isolated]
 import { execFileSync, spawn } from 'node:child_process';
 import { copyFileSync, createReadStream, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -349,6 +349,9 @@ if (r.localWrite) {
     row('IndexedDB storage: bulk 10,000 engine mutations + flush, rows/s', spread(engRateI), `vs OPFS ×${fmt(median(engRateI) / median(engRate), 2)}`);
     row('IndexedDB storage: bulk through the package\'s path + flush, rows/s', spread(r.bulkIdb.map((x) => (10000 / x.apiMs) * 1000)));
   }
+}
+for (const st of r.status ?? []) {
+  row(`status with ${st.queued.toLocaleString('en')} events queued for a relay, ms`, spread(st.ms, 2));
 }
 for (const [size, a] of Object.entries(r.aes ?? {})) {
   const mbs = (xs) => xs.map((x) => x / 1000);

@@ -100,6 +100,13 @@ self.onmessage = async ({ data }) => {
       self.postMessage({ results });
       return;
     }
+    if (data.only === 'status') {
+      log('status with a queued backlog');
+      results.status = [];
+      for (const n of [10000, 100000]) results.status.push(await bench.benchStatus(n, runs));
+      self.postMessage({ results });
+      return;
+    }
     if (data.only === 'pages') {
       const all = [];
       for (let i = 0; i < runs; i++) all.push(await bench.benchPageSizes());

@@ -452,6 +452,30 @@ pub async fn bench_bulk(n: u32, pages: JsValue, plain_json: JsValue) -> Result<J
     })))
 }
 
+/// What a status costs with `n` events queued for a relay (none acknowledged yet: a device
+/// offline, or before its first push) — `status()`, and the status every sync pass emits: ms
+/// for one `relay_statuses_local`, `reps` times. The relay is never contacted.
+#[wasm_bindgen(js_name = benchStatus)]
+pub async fn bench_status(n: u32, reps: u32) -> Result<JsValue, JsValue> {
+    let relay = "http://127.0.0.1:9/never-contacted".to_string();
+    let (e, name) = Storage(None).engine(KEY, vec![relay], "status").await?;
+    let ops: Vec<Op> = (0..n).map(|i| Op::Insert { table: "todos".into(), row: todo(i) }).collect();
+    for chunk in ops.chunks(10_000) {
+        e.transaction(chunk).map_err(js_err)?;
+    }
+    Storage(None).durable(&name).await?;
+    let mut ms = Vec::new();
+    for _ in 0..reps {
+        let t0 = now();
+        let statuses = e.relay_statuses_local().map_err(js_err)?;
+        ms.push(now() - t0);
+        if statuses[0].pending != u64::from(n) {
+            return Err(js_err(format!("status counted {} pending events, not {n}", statuses[0].pending)));
+        }
+    }
+    Ok(serde_to_js(&serde_json::json!({ "queued": n, "ms": ms })))
+}
+
 /// Opening a database after a tab died with `n` rows in its WAL (~42 MB for 100,000) — closed without the
 /// checkpoint a close makes — recovered one read per frame (as before) and in chunks (as
 /// `open_database` does now), each on its own database: ms, and reads asked and sent down.
