@@ -58,6 +58,8 @@ mod native {
                     ColumnDef::new("done", ColumnType::Boolean),
                     ColumnDef::new("position", ColumnType::Integer),
                 ],
+                merge: Default::default(),
+                indexes: Vec::new(),
             }],
         };
         let transport: Rc<dyn Transport> = if rtt_ms == 0 {

@@ -36,6 +36,8 @@ mod native {
                     ColumnDef::new("done", ColumnType::Boolean),
                     ColumnDef::new("position", ColumnType::Integer),
                 ],
+                merge: Default::default(),
+                indexes: Vec::new(),
             }],
         }
     }

@@ -66,6 +66,12 @@ impl<'a> ObjectWriter<'a> {
         self
     }
 
+    /// The member `key` whose value is `json`, JSON text written as it is.
+    pub fn raw_member(&mut self, key: &str, json: &str) -> &mut Self {
+        self.key(key).push_str(json);
+        self
+    }
+
     /// Closes the object.
     pub fn end(&mut self) {
         self.out.push('}');

@@ -6,10 +6,11 @@
 //! and retry time), one that can never be applied as it is — failed authentication, a
 //! malformed payload — is quarantined for inspection and [`Engine::retry_quarantined`].
 
-use rusqlite::types::Value;
 use rusqlite::Connection;
 
+use super::columns::{self, Applied, Facts};
 use super::events::{ChangeEvent, ChangeSource, RowChange};
+use super::schema::{Merge, Table};
 use super::values::to_sql;
 use super::{Engine, EngineError};
 use crate::protocol::envelope::decrypt_envelope_bytes;
@@ -17,6 +18,7 @@ use crate::protocol::hlc::{check_drift, HLC_MAX_FUTURE_DRIFT_MS};
 use crate::protocol::json_fields::read_json;
 use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::json_write::ToJson;
+use crate::protocol::to_canonical_json;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
 use crate::store::inbox::{self, HeldEvent};
 use crate::store::outbox;
@@ -35,6 +37,8 @@ pub(crate) fn sampled_checks_ms(sampled_ms: f64, classified: u32) -> f64 {
 
 /// How much of an oversized quarantined envelope is kept (its start, for diagnosis).
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
+use crate::store::clocks;
+use crate::store::kept::{self, Kept, MAX_KEPT_BYTES};
 use crate::store::purged;
 use crate::store::rows::{self, RowData};
 
@@ -100,7 +104,7 @@ pub(crate) struct ApplyRun<'c> {
     /// many a statement) when a row of another table comes, and when the page ends. Nothing in
     /// between reads an app table, so each row still meets the rows before it as if written
     /// at once.
-    staged: Vec<(String, RowData)>,
+    staged: Vec<(String, RowData, Kept)>,
     /// The staged rows that were not newer (indexes into `staged`), per write.
     declined: Vec<usize>,
     /// The rows written so far, in the page's order.
@@ -142,6 +146,15 @@ enum Verdict {
     Quarantine(&'static str, String),
 }
 
+/// A valid event, classified: what it writes.
+enum Classified {
+    /// A whole-row event of a whole-row table: the row version, and its values of columns this
+    /// app does not declare (kept with the row, `store::kept`).
+    Row(RowData, Kept),
+    /// An event of a column-merge table: the cells it sets.
+    Cells(Facts),
+}
+
 fn crypto_reason(e: &CryptoError) -> &'static str {
     match e {
         CryptoError::ForeignOwner { .. } => quarantine_reason::FOREIGN_OWNER,
@@ -160,7 +173,7 @@ impl Engine {
         env: &SyncEnvelope,
         opened: Option<&[u8]>,
         now: u64,
-    ) -> Result<(SyncPayload, RowData), Verdict> {
+    ) -> Result<(SyncPayload, Classified), Verdict> {
         if let Some(plain) = opened.filter(|_| env.owner_id == identity.owner_id()) {
             match self.classify_plain(env, plain, now) {
                 Err(Verdict::Quarantine(..)) => {}
@@ -175,8 +188,13 @@ impl Engine {
         self.classify_plain(env, &plain, now)
     }
 
-    /// The checks after decryption, on `env`'s plaintext.
-    fn classify_plain(&self, env: &SyncEnvelope, plain: &[u8], now: u64) -> Result<(SyncPayload, RowData), Verdict> {
+    /// The checks after decryption, on `env`'s plaintext. The event's `table` names a declared
+    /// table, or one of its cells (`<table>#<cell>`, a column-merge table's events). The
+    /// columns of its row that this app declares are converted; the others are kept with the
+    /// row (`store::kept`) — unless a name could never be declared, or they take more than a
+    /// row may keep: then the event waits (`UNKNOWN_COLUMN`), as every event with an unknown
+    /// column did before there were kept values.
+    fn classify_plain(&self, env: &SyncEnvelope, plain: &[u8], now: u64) -> Result<(SyncPayload, Classified), Verdict> {
         let json = parse_json_bytes(plain)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
         let head = PayloadHead::read(&json)
@@ -194,9 +212,17 @@ impl Engine {
                 None,
             ));
         }
-        let Some(table) = self.schema.table(&head.table) else {
-            return Err(Verdict::Defer(defer_reason::UNKNOWN_TABLE, format!("table {:?}", head.table), None));
-        };
+        let unknown_table =
+            |why: &str| Verdict::Defer(defer_reason::UNKNOWN_TABLE, format!("table {:?}{why}", head.table), None);
+        let (base, cell) = columns::split(&head.table);
+        let Some(table) = self.schema.table(base) else { return Err(unknown_table("")) };
+        // (An engine that only knows whole-row tables files these events as unknown tables too.)
+        if cell.is_some() && table.merge == Merge::Row {
+            return Err(unknown_table(&format!(": cells of table {base:?}, which this app merges as whole rows")));
+        }
+        if let Some(c) = cell.filter(|c| *c != columns::DELETED && !columns::is_column_cell(c)) {
+            return Err(unknown_table(&format!(": a cell {c:?} this engine does not know")));
+        }
         if let Err(e) = check_drift(&head.hlc, now) {
             let retry = head.hlc.ms.saturating_sub(HLC_MAX_FUTURE_DRIFT_MS) as i64;
             return Err(Verdict::Defer(defer_reason::FUTURE_HLC, e.to_string(), Some(retry)));
@@ -206,17 +232,68 @@ impl Engine {
         if payload.row_id.len() > super::mutate::MAX_ID_BYTES {
             return Err(Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, "rowId too long".into()));
         }
-        let mut values = vec![Value::Null; table.columns.len()];
-        for (col, v) in &payload.row {
-            let Some(idx) = table.columns.iter().position(|c| &c.name == col) else {
-                return Err(Verdict::Defer(defer_reason::UNKNOWN_COLUMN, format!("column {}.{col}", table.name), None));
-            };
-            values[idx] = to_sql(&table.name, col, table.columns[idx].column_type, v)
-                .map_err(|e| Verdict::Quarantine(quarantine_reason::INVALID_ROW, e.to_string()))?;
+        let malformed = |why: String| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, why);
+        let cell = columns::split(&payload.table).1;
+        match cell {
+            Some(columns::DELETED) if !payload.row.is_empty() => {
+                return Err(malformed("an event of a row's deletion carries no column".into()))
+            }
+            Some(c)
+                if c != columns::DELETED && (payload.deleted || payload.row.len() != 1 || payload.row[0].0 != c) =>
+            {
+                return Err(malformed(format!("an event of cell {c:?} carries that column alone, deleted false")))
+            }
+            _ => {}
         }
-        let row =
-            RowData { id: payload.row_id.clone(), updated_at: env.event_id.clone(), deleted: payload.deleted, values };
-        Ok((payload, row))
+        let mut values = table.defaults.clone();
+        let (mut known, mut unknown) = (Vec::new(), Vec::new());
+        for (col, v) in &payload.row {
+            if let Some(i) = table.column_index(col) {
+                let value = to_sql(&table.name, col, table.columns[i].column_type, v)
+                    .map_err(|e| Verdict::Quarantine(quarantine_reason::INVALID_ROW, e.to_string()))?;
+                match table.merge {
+                    Merge::Row => values[i] = value,
+                    Merge::Column => known.push((i, value)),
+                }
+            } else if !columns::is_column_cell(col) || table.columns.iter().any(|c| c.name.eq_ignore_ascii_case(col)) {
+                // Never a column an app could declare: held as before kept values.
+                return Err(Verdict::Defer(defer_reason::UNKNOWN_COLUMN, format!("column {}.{col}", table.name), None));
+            } else {
+                unknown.push((col.clone(), to_canonical_json(v)));
+            }
+        }
+        if kept::size(&unknown) > MAX_KEPT_BYTES {
+            return Err(Verdict::Defer(
+                defer_reason::UNKNOWN_COLUMN,
+                format!(
+                    "columns {}.{} and more: {} bytes of columns this app does not declare (a row keeps at most {MAX_KEPT_BYTES})",
+                    table.name,
+                    unknown[0].0,
+                    kept::size(&unknown)
+                ),
+                None,
+            ));
+        }
+        let classified = match table.merge {
+            Merge::Row => Classified::Row(
+                RowData {
+                    id: payload.row_id.clone(),
+                    updated_at: env.event_id.clone(),
+                    deleted: payload.deleted,
+                    values,
+                },
+                unknown,
+            ),
+            Merge::Column => Classified::Cells(Facts {
+                row_id: payload.row_id.clone(),
+                hlc: env.event_id.clone(),
+                known,
+                unknown,
+                whole: cell.is_none(),
+                deleted: payload.deleted,
+            }),
+        };
+        Ok((payload, classified))
     }
 
     /// Processes one envelope inside the run's transaction. `arrival` says whether it comes
@@ -296,35 +373,65 @@ impl Engine {
                 inbox::quarantine(tx, &held, now)?;
                 Ok(Outcome::Quarantined)
             }
-            Ok((payload, row)) => {
+            Ok((payload, classified)) => {
                 // Within the drift bound (checked above), so this cannot fail; the clock now
                 // sorts later local writes after this event.
                 let _ = self.observe_hlc(&payload.hlc);
+                let base = columns::split(&payload.table).0;
+                let table = self.schema.table(base).expect("classified");
                 // A purged row stays purged: an older version still on a relay (or held here)
                 // does not bring it back. A newer one — another device wrote the row again —
                 // does, and its streams must then not be compacted away on any relay.
                 // (Pulled rows are staged below and written later: nothing from here to
                 // `finish_run` may read an app table; the purge records are a table of their own.)
                 if self.purge_records.get() {
-                    if let Some(at) = purged::purged_at(tx, &payload.table, &payload.row_id)? {
+                    if let Some(at) = purged::purged_at(tx, base, &payload.row_id)? {
                         if env.event_id.as_str() <= at.as_str() {
                             if held {
                                 run.seen.mark(&env.event_id)?;
                             }
                             return Ok(Outcome::Stale);
                         }
-                        purged::revived(tx, &payload.table, &payload.row_id)?;
+                        purged::revived(tx, base, &payload.row_id, &self.row_streams(tx, table, &payload.row_id)?)?;
                     }
                 }
+                let (row, kept) = match classified {
+                    Classified::Row(row, kept) => (row, kept),
+                    Classified::Cells(facts) => {
+                        // The rows staged before it are written first: pages apply in order.
+                        self.write_staged(run)?;
+                        let outcome = match self.apply_facts(tx, table, &facts)? {
+                            Applied::Changed => {
+                                Outcome::Applied(RowChange { table: base.to_owned(), id: facts.row_id })
+                            }
+                            Applied::Stale => Outcome::Stale,
+                            Applied::TooMuchKept => {
+                                let detail = format!("columns of {base} this app does not declare: a row keeps at most {MAX_KEPT_BYTES} bytes of them");
+                                if !held {
+                                    run.seen.release(&env.event_id)?;
+                                }
+                                inbox::defer(tx, &hold(defer_reason::UNKNOWN_COLUMN, detail, None), now)?;
+                                run.seen.deferred_one();
+                                return Ok(Outcome::Deferred);
+                            }
+                        };
+                        if held {
+                            run.seen.mark(&env.event_id)?;
+                        }
+                        return Ok(outcome);
+                    }
+                };
                 if !held {
-                    if run.staged.first().is_some_and(|(t, _)| *t != payload.table) {
+                    if run.staged.first().is_some_and(|(t, _, _)| *t != payload.table) {
                         self.write_staged(run)?;
                     }
-                    run.staged.push((payload.table, row));
+                    run.staged.push((payload.table, row, kept));
                     return Ok(Outcome::Staged);
                 }
-                let table = self.schema.table(&payload.table).expect("classified");
                 let written = run.rows.write(table, &row, rows::WriteMode::IfNewer)?;
+                if written {
+                    self.whole_row_written(tx, table, &row.id, &kept)?;
+                }
                 run.seen.mark(&env.event_id)?;
                 Ok(if written {
                     Outcome::Applied(RowChange { table: payload.table, id: payload.row_id })
@@ -333,6 +440,21 @@ impl Engine {
                 })
             }
         }
+    }
+
+    /// After a whole-row version of a row was written: its kept values are the version's, and
+    /// its cells are all at its HLC (no clocks entry).
+    fn whole_row_written(&self, tx: &Connection, table: &Table, id: &str, kept: &Kept) -> Result<(), EngineError> {
+        if !kept.is_empty() || self.kept_any.get() {
+            kept::replace(tx, &table.name, id, kept)?;
+            if !kept.is_empty() {
+                self.kept_any.set(true);
+            }
+        }
+        if self.clocks_any.get() {
+            clocks::delete(tx, &table.name, id)?;
+        }
+        Ok(())
     }
 
     /// Whether `env` is one of this device's own events that the relay sent back (a device
@@ -355,15 +477,17 @@ impl Engine {
 
     /// Writes the run's staged rows, each only when newer than the stored row.
     fn write_staged(&self, run: &mut ApplyRun<'_>) -> Result<(), EngineError> {
-        let Some((name, _)) = run.staged.first() else { return Ok(()) };
+        let Some((name, _, _)) = run.staged.first() else { return Ok(()) };
         let table = self.schema.table(name).expect("classified");
-        let rows: Vec<&RowData> = run.staged.iter().map(|(_, row)| row).collect();
+        let rows: Vec<&RowData> = run.staged.iter().map(|(_, row, _)| row).collect();
         run.declined.clear();
         run.rows.write_all(table, &rows, rows::WriteMode::IfNewer, &mut run.declined)?;
         let mut declined = run.declined.iter().copied().peekable();
-        for (i, (table, row)) in run.staged.drain(..).enumerate() {
+        let tx = run.tx;
+        for (i, (name, row, kept)) in run.staged.drain(..).enumerate() {
             if declined.next_if_eq(&i).is_none() {
-                run.applied.push(RowChange { table, id: row.id });
+                self.whole_row_written(tx, table, &row.id, &kept)?;
+                run.applied.push(RowChange { table: name, id: row.id });
             }
         }
         Ok(())

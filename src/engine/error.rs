@@ -148,7 +148,7 @@ impl EngineError {
     /// The stable machine-readable code.
     pub fn code(&self) -> &'static str {
         match self {
-            EngineError::Schema(_) => "SCHEMA_INVALID",
+            EngineError::Schema(_) | EngineError::Store(StoreError::Schema(_)) => "SCHEMA_INVALID",
             EngineError::Identity(e) => match e {
                 IdentityError::Empty => "SECRET_EMPTY",
                 IdentityError::WrongWordCount { .. } => "SECRET_WORD_COUNT",

@@ -4,12 +4,14 @@
 //! `MAX_BLOB_BYTES` with `CHUNK_TOO_LARGE`. Nothing is written in either case.
 
 use rusqlite::types::Value;
+use rusqlite::Connection;
 
 use super::mutate::payload_json;
 use super::schema::Table;
 use super::{Engine, EngineError};
 use crate::protocol::blob::CHUNK_OVERHEAD;
 use crate::protocol::envelope::sealed_len;
+use crate::store::kept;
 use crate::store::rows::RowData;
 
 /// The relays' default `MAX_EVENT_BYTES`: the largest envelope, as stored JSON.
@@ -99,7 +101,16 @@ fn payload_len_bound(table: &Table, row: &RowData) -> usize {
 impl Engine {
     /// The stored size of the event that would carry `row` (the exact size once a cheap bound
     /// says it might be near the limit), or `ROW_TOO_LARGE`.
-    pub(crate) fn check_event_size(&self, table: &Table, row: &RowData) -> Result<(), EngineError> {
+    ///
+    /// The event also carries the row's kept values (`store::kept`), counted when it has any.
+    pub(crate) fn check_event_size(&self, tx: &Connection, table: &Table, row: &RowData) -> Result<(), EngineError> {
+        if self.kept_any.get() {
+            let kept = kept::of_row(tx, &table.name, &row.id)?;
+            if !kept.is_empty() {
+                let payload = payload_json(self.schema.version, table, row, &kept);
+                return self.check_payload_size(&table.name, &row.id, &row.updated_at, payload.len());
+            }
+        }
         let limit = self.options.max_event_bytes;
         let keys = self.keys.borrow();
         let owner = keys.identity.owner_id();
@@ -117,11 +128,30 @@ impl Engine {
         if bound(payload_len_bound(table, row)) <= limit || size_for(payload_len_bound(table, row)) <= limit {
             return Ok(());
         }
-        let size = size_for(payload_json(self.schema.version, table, row).len());
+        let size = size_for(payload_json(self.schema.version, table, row, &[]).len());
         if size <= limit {
             return Ok(());
         }
         Err(EngineError::RowTooLarge { table: table.name.clone(), id: row.id.clone(), size, limit })
+    }
+
+    /// `ROW_TOO_LARGE` when the event of row `id` of `table` at `hlc` with a plaintext of
+    /// `plaintext` bytes would exceed the event limit.
+    pub(crate) fn check_payload_size(
+        &self,
+        table: &str,
+        id: &str,
+        hlc: &str,
+        plaintext: usize,
+    ) -> Result<(), EngineError> {
+        let limit = self.options.max_event_bytes;
+        let keys = self.keys.borrow();
+        let owner = keys.identity.owner_id();
+        let size = sealed_len(owner, hlc, &self.device_id, CREATED_AT_SAMPLE, Some(STREAM_ID_SAMPLE), plaintext);
+        if size <= limit {
+            return Ok(());
+        }
+        Err(EngineError::RowTooLarge { table: table.into(), id: id.into(), size, limit })
     }
 
     /// `CHUNK_TOO_LARGE` when a blob's chunks would not fit the relays' `MAX_BLOB_BYTES`.
@@ -148,7 +178,7 @@ mod tests {
             ColumnDef::new("j", ColumnType::Json),
             ColumnDef::new("x", ColumnType::Blob),
         ];
-        let def = SchemaDef { schema_version: 1, tables: vec![TableDef { name: "tbl".into(), columns }] };
+        let def = SchemaDef { schema_version: 1, tables: vec![TableDef::new("tbl", columns)] };
         Schema::new(def).unwrap().table("tbl").unwrap().clone()
     }
 
@@ -187,7 +217,7 @@ mod tests {
             ),
         ];
         for r in &rows {
-            let exact = payload_json(1, &t, r).len();
+            let exact = payload_json(1, &t, r, &[]).len();
             let bound = payload_len_bound(&t, r);
             assert!(bound >= exact, "bound {bound} < exact {exact} for row {:?}", r.id);
             assert!(bound <= 6 * exact + 400, "the bound stays a bound, not a guess: {bound} vs {exact}");

@@ -23,6 +23,7 @@ pub use crate::store::schema;
 mod apply;
 mod backoff;
 mod blobs;
+mod columns;
 mod events;
 mod limits;
 mod mutate;
@@ -140,6 +141,10 @@ pub struct Engine {
     schema_retry_pending: Cell<bool>,
     /// Whether `_sync_purged` may hold rows (skips a lookup per applied event when not).
     purge_records: Cell<bool>,
+    /// Whether `_sync_kept` may hold values (skips a lookup per sealed or applied row when not).
+    kept_any: Cell<bool>,
+    /// Whether `_sync_clocks` may hold rows (skips a removal per whole-row write when not).
+    clocks_any: Cell<bool>,
     /// Time spent classifying (decrypting) events of the page being applied, for timings.
     decrypt_ms: Cell<f64>,
     /// Events classified since the page began (one in [`apply::CLASSIFY_SAMPLE`] is timed).
@@ -198,7 +203,8 @@ impl Engine {
         let stored_owner = system::meta_get(&conn, "owner_id")?;
         let handover = rekey::Handover::load(&conn)?;
         let opening = rekey::opening_as(stored_owner.as_deref(), handover.as_ref(), identity.owner_id())?;
-        system::migrate_app_tables(&mut conn, &schema)?;
+        let prior = stored_schema(&conn)?;
+        system::migrate_app_tables(&mut conn, &schema, prior.as_ref())?;
         system::meta_set(&conn, "schema", &schema_json)?;
         if stored_owner.is_none() {
             system::meta_set(&conn, "owner_id", identity.owner_id())?;
@@ -222,6 +228,8 @@ impl Engine {
         let last = last_clock.max(last_row).max(last_queued);
         let clock = HlcClock::resume(&device_id, last.as_ref()).expect("device id validated");
         let purge_records = crate::store::purged::any(&conn)?;
+        let kept_any = crate::store::kept::any(&conn)?;
+        let clocks_any = crate::store::clocks::any(&conn)?;
         let engine = Engine {
             db: RefCell::new(conn),
             schema,
@@ -238,6 +246,8 @@ impl Engine {
             pass_waiting: Cell::new(None),
             schema_retry_pending: Cell::new(true),
             purge_records: Cell::new(purge_records),
+            kept_any: Cell::new(kept_any),
+            clocks_any: Cell::new(clocks_any),
             decrypt_ms: Cell::new(0.0),
             classified: Cell::new(0),
             opened_used: Cell::new(0),

@@ -12,14 +12,13 @@ use rusqlite::Connection;
 
 use super::events::{ChangeEvent, ChangeSource, RowChange};
 use super::requests::{Request, RECORD_ON_INTENT_MAX};
-use super::schema::{RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
+use super::schema::{ColumnType, Merge, RowField, Table, BLOB_TABLE, SYSTEM_COLUMNS};
 use super::values::{from_sql, to_sql, write_canonical_sql};
 use super::{Engine, EngineError};
 use crate::protocol::canonical::{to_canonical_json, write_str_literal};
-use crate::protocol::json::JsonObject;
 use crate::protocol::{Hlc, Json};
 use crate::store::rows::{self, RowData, WriteMode};
-use crate::store::{outbox, purged, system, StoreError};
+use crate::store::{clocks, outbox, purged, system, StoreError};
 
 /// Longest accepted row id, in bytes.
 pub const MAX_ID_BYTES: usize = 256;
@@ -59,11 +58,23 @@ pub enum Op {
     },
 }
 
+impl Op {
+    /// The table it writes.
+    pub fn table(&self) -> &str {
+        match self {
+            Op::Insert { table, .. }
+            | Op::Update { table, .. }
+            | Op::Upsert { table, .. }
+            | Op::Delete { table, .. } => table,
+        }
+    }
+}
+
 /// The statements of local writes (row + intent), taken once for a run of writes in one
 /// transaction (`rows::RowWriter`).
 pub(crate) struct LocalWriter<'c> {
-    rows: rows::RowWriter<'c>,
-    outbox: outbox::Enqueuer<'c>,
+    pub(crate) rows: rows::RowWriter<'c>,
+    pub(crate) outbox: outbox::Enqueuer<'c>,
 }
 
 impl<'c> LocalWriter<'c> {
@@ -197,25 +208,65 @@ impl WrittenRows<'_> {
     }
 }
 
-/// The canonical JSON plaintext of a row version (the `SyncPayload`).
-pub(crate) fn payload_json(schema_version: u32, table: &Table, row: &RowData) -> String {
-    let cols = JsonObject::from_members(
-        table
-            .columns
-            .iter()
-            .zip(&row.values)
-            .map(|(c, v)| (c.name.as_str().into(), from_sql(c.column_type, v.into())))
-            .collect(),
-    );
-    let payload = Json::object([
-        ("schemaVersion", Json::from(schema_version)),
-        ("table", Json::from(table.name.as_str())),
-        ("rowId", Json::from(row.id.as_str())),
-        ("hlc", Json::from(row.updated_at.as_str())),
-        ("deleted", Json::Bool(row.deleted)),
-        ("row", Json::Object(cols)),
-    ]);
-    to_canonical_json(&payload)
+/// One member of a payload's `row`: a declared column's stored value, or a kept value's
+/// canonical JSON (`store::kept`).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cell<'a> {
+    /// A declared column's value as stored.
+    Stored(ColumnType, &'a Value),
+    /// A kept value: canonical JSON.
+    Kept(&'a str),
+}
+
+/// The canonical JSON plaintext of an event (the `SyncPayload`) whose `row` holds `cells`,
+/// written straight as text (names are identifiers: their byte order is canonical JSON's).
+pub(crate) fn payload_text(
+    schema_version: u32,
+    table: &str,
+    row_id: &str,
+    hlc: &str,
+    deleted: bool,
+    cells: &mut Vec<(&str, Cell<'_>)>,
+) -> String {
+    crate::protocol::sort::stable_sort_by(cells, |a, b| a.0 < b.0);
+    let mut out = String::with_capacity(128 + table.len() + row_id.len() + cells.len() * 24);
+    out.push_str(if deleted { "{\"deleted\":true,\"hlc\":" } else { "{\"deleted\":false,\"hlc\":" });
+    write_str_literal(hlc, &mut out);
+    out.push_str(",\"row\":{");
+    for (i, (name, cell)) in cells.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_str_literal(name, &mut out);
+        out.push(':');
+        match cell {
+            Cell::Stored(t, v) => write_canonical_sql(*t, v, &mut out),
+            Cell::Kept(json) => out.push_str(json),
+        }
+    }
+    out.push_str("},\"rowId\":");
+    write_str_literal(row_id, &mut out);
+    out.push_str(",\"schemaVersion\":");
+    out.push_str(&schema_version.to_string());
+    out.push_str(",\"table\":");
+    write_str_literal(table, &mut out);
+    out.push('}');
+    out
+}
+
+/// The canonical JSON plaintext of a whole-row event of `row` (the `SyncPayload`): every
+/// declared column, and the row's `kept` values of columns the app does not declare.
+pub(crate) fn payload_json(schema_version: u32, table: &Table, row: &RowData, kept: &[(String, String)]) -> String {
+    let mut cells: Vec<(&str, Cell<'_>)> = Vec::with_capacity(table.columns.len() + kept.len());
+    for (c, v) in table.columns.iter().zip(&row.values) {
+        cells.push((c.name.as_str(), Cell::Stored(c.column_type, v)));
+    }
+    // (A kept value of a column declared since, which its type did not take, is not sent:
+    // the column's value is.)
+    for (name, value) in kept.iter().filter(|(n, _)| table.column_index(n).is_none()) {
+        cells.push((name.as_str(), Cell::Kept(value)));
+    }
+    payload_text(schema_version, &table.name, &row.id, &row.updated_at, row.deleted, &mut cells)
 }
 
 pub(crate) fn validate_id(table: &str, id: &str) -> Result<(), EngineError> {
@@ -228,7 +279,7 @@ pub(crate) fn validate_id(table: &str, id: &str) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn row_id(table: &str, row: &Json) -> Result<String, EngineError> {
+pub(crate) fn row_id(table: &str, row: &Json) -> Result<String, EngineError> {
     let invalid = |reason: &str| EngineError::InvalidRow { table: table.into(), reason: reason.into() };
     let Json::Object(map) = row else {
         return Err(invalid(&format!("expected an object, got {}", row.type_name())));
@@ -243,7 +294,7 @@ fn row_id(table: &str, row: &Json) -> Result<String, EngineError> {
 }
 
 /// Converts the app columns given in `row` onto `base` (a full value vector).
-fn apply_columns(table: &Table, row: &Json, base: &mut [Value]) -> Result<(), EngineError> {
+pub(crate) fn apply_columns(table: &Table, row: &Json, base: &mut [Value]) -> Result<(), EngineError> {
     let Json::Object(map) = row else {
         return Err(EngineError::InvalidRow {
             table: table.name.clone(),
@@ -300,7 +351,7 @@ impl Engine {
         mode: WriteMode,
         wall_ms: u64,
     ) -> Result<RowData, EngineError> {
-        let row = self.version(table, row, wall_ms)?;
+        let row = self.version(w.rows.conn(), table, row, wall_ms)?;
         if !w.rows.write(table, &row, mode)? {
             return Err(EngineError::AlreadyExists { table: table.name.clone(), id: row.id });
         }
@@ -310,9 +361,9 @@ impl Engine {
     }
 
     /// `row` as the next local version: a fresh HLC, and a size its event can have.
-    fn version(&self, table: &Table, mut row: RowData, wall_ms: u64) -> Result<RowData, EngineError> {
+    fn version(&self, tx: &Connection, table: &Table, mut row: RowData, wall_ms: u64) -> Result<RowData, EngineError> {
         row.updated_at = self.clock.borrow_mut().now_text(wall_ms);
-        self.check_event_size(table, &row)?;
+        self.check_event_size(tx, table, &row)?;
         Ok(row)
     }
 
@@ -323,7 +374,7 @@ impl Engine {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
                 let id = row_id(table, row)?;
-                let mut values = vec![Value::Null; t.columns.len()];
+                let mut values = t.defaults.clone();
                 apply_columns(t, row, &mut values)?;
                 // One statement: an insert revives a soft-deleted id and leaves a live one alone.
                 let mode = if matches!(op, Op::Insert { .. }) { WriteMode::InsertOrRevive } else { WriteMode::Replace };
@@ -348,7 +399,7 @@ impl Engine {
                 (t, current, WriteMode::Replace)
             }
         };
-        Ok((table, self.version(table, row, wall_ms)?, mode))
+        Ok((table, self.version(tx, table, row, wall_ms)?, mode))
     }
 
     /// Stages every op in `tx`, in order: the changes to announce and the rows as written.
@@ -374,9 +425,21 @@ impl Engine {
         let mut w = LocalWriter::new(tx);
         let wall_ms = self.now();
         self.stage_runs(tx, &mut w, ops, wall_ms, &mut rows)?;
-        // Every op's intent, in the order of the ops (and of their HLCs).
-        let intents: Vec<outbox::Intent<'_>> =
-            rows.iter().map(|r| (r.row.updated_at.as_str(), r.table.name.as_str(), r.row.id.as_str())).collect();
+        // Every whole-row op's intent, in the order of the ops (and of their HLCs); a
+        // column-merge op queued its own.
+        let whole = |r: &&Written<'_>| r.table.merge == Merge::Row;
+        let intents: Vec<outbox::Intent<'_>> = rows
+            .iter()
+            .filter(whole)
+            .map(|r| (r.row.updated_at.as_str(), r.table.name.as_str(), r.row.id.as_str()))
+            .collect();
+        // A whole-row version sets every cell at its HLC: cell clocks left from a time the
+        // table merged per column go.
+        if self.clocks_any.get() {
+            for r in rows.iter().filter(whole) {
+                clocks::delete(tx, &r.table.name, &r.row.id)?;
+            }
+        }
         match request {
             None => {
                 w.outbox.enqueue_all(&intents, wall_ms)?;
@@ -409,6 +472,13 @@ impl Engine {
         // The run not written yet: `rows[from..]`, all of one table, written in `mode`.
         let (mut from, mut mode) = (0, WriteMode::Replace);
         for op in ops {
+            if let Some(table) = self.schema.table(op.table()).filter(|t| t.merge == Merge::Column) {
+                write_run(w, &rows[from..], mode)?;
+                let row = self.write_column_op(tx, w, table, op, wall_ms)?;
+                rows.push(Written { table, row });
+                from = rows.len();
+                continue;
+            }
             if matches!(op, Op::Update { .. } | Op::Delete { .. }) {
                 write_run(w, &rows[from..], mode)?;
                 from = rows.len();
@@ -518,7 +588,7 @@ impl Engine {
                     }
                     // The row as it was written, rebuilt from the op as `stage` builds it (not
                     // shared with `stage` through a helper: that cost the package 238 bytes).
-                    let mut values = vec![Value::Null; t.columns.len()];
+                    let mut values = t.defaults.clone();
                     apply_columns(t, row, &mut values)?;
                     let written = RowData { id, updated_at: hlc.to_owned(), deleted: false, values };
                     rows.push(row_json(t, &written));
@@ -570,10 +640,13 @@ impl Engine {
     pub(crate) fn enqueue_current_rows(&self, tx: &Connection, skip: &[String]) -> Result<(), EngineError> {
         for table in self.schema.tables() {
             for row in rows::all_rows(tx, table)? {
-                // An event already queued stays pending for every relay.
-                if outbox::enqueue(tx, &row.updated_at, &table.name, &row.id, self.now())? {
-                    for relay in skip {
-                        outbox::ack_without_push(tx, relay, &row.updated_at)?;
+                // A whole-row table's row is one event; a column-merge row's cells may be more.
+                for (event_id, event_table) in self.reseed_events(tx, table, &row)? {
+                    // An event already queued stays pending for every relay.
+                    if outbox::enqueue(tx, &event_id, &event_table, &row.id, self.now())? {
+                        for relay in skip {
+                            outbox::ack_without_push(tx, relay, &event_id)?;
+                        }
                     }
                 }
             }

@@ -7,7 +7,7 @@ use super::events::{ChangeEvent, ChangeSource, RowChange};
 use super::schema::BLOB_TABLE;
 use super::sync::PassError;
 use super::{Engine, EngineError};
-use crate::store::{outbox, purged, rows};
+use crate::store::{clocks, kept, outbox, purged, rows};
 
 /// Stream ids per `POST /v1/streams/compact` (the default `MAX_STREAMS_PER_COMPACT`).
 pub const PURGE_BATCH: u32 = 500;
@@ -34,7 +34,6 @@ impl Engine {
     }
 
     fn purge(&self, targets: Vec<(String, String)>) -> Result<u64, EngineError> {
-        let identity = self.identity();
         let relays = self.relay_urls();
         let now = self.now();
         let purged = self.write(|tx| {
@@ -43,9 +42,13 @@ impl Engine {
             let mut purged = Vec::new();
             for (table, id) in &targets {
                 let t = self.table(table)?;
+                // (Its streams first: a column-merge row's cells are named by what it holds.)
+                let streams = self.row_streams(tx, t, id)?;
                 let Some(version) = rows::delete_row(tx, t, id)? else { continue };
                 // A queued event of a purged row must not resurrect it elsewhere.
                 outbox::drop_row_events(tx, table, id)?;
+                kept::delete_row(tx, table, id)?;
+                clocks::delete(tx, table, id)?;
                 if table == BLOB_TABLE {
                     tx.execute(
                         "DELETE FROM _sync_blob_uploads WHERE hash IN (SELECT hash FROM _sync_blob_chunks WHERE blob_id = ?1)",
@@ -53,13 +56,14 @@ impl Engine {
                     )?;
                     tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [id])?;
                 }
-                let stream = identity.stream_id(table, id);
-                purged::record(tx, table, id, &stream, &version, now)?;
+                purged::record(tx, table, id, &streams[0], &version, now)?;
                 for relay in &relays {
-                    tx.prepare_cached(
-                        "INSERT OR IGNORE INTO _sync_purge (relay, stream_id, enqueued_at) VALUES (?1, ?2, ?3)",
-                    )?
-                    .execute(params![relay, stream, now as i64])?;
+                    for stream in &streams {
+                        tx.prepare_cached(
+                            "INSERT OR IGNORE INTO _sync_purge (relay, stream_id, enqueued_at) VALUES (?1, ?2, ?3)",
+                        )?
+                        .execute(params![relay, stream, now as i64])?;
+                    }
                 }
                 purged.push(RowChange { table: table.clone(), id: id.clone() });
             }

@@ -24,6 +24,26 @@ pub struct ListOptions {
 }
 
 impl Engine {
+    /// The values row `id` of `table` keeps for columns the app does not declare — `(column,
+    /// canonical JSON)` — which its events carry on (PROTOCOL.md, "Kept values"). For
+    /// inspection: the app's reads never show them.
+    pub fn kept_values(&self, table: &str, id: &str) -> Result<Vec<(String, String)>, EngineError> {
+        self.table(table)?;
+        Ok(crate::store::kept::of_row(&self.db.borrow(), table, id)?)
+    }
+
+    /// The HLC of each cell of row `id` of `table` — every column, and `deleted` — as a
+    /// column-merge table keeps them (PROTOCOL.md, "Column-merge tables"); a whole-row table's
+    /// cells are all at the row's `updatedAt`. Empty for a row that does not exist. For
+    /// inspection.
+    pub fn cell_clocks(&self, table: &str, id: &str) -> Result<Vec<(String, String)>, EngineError> {
+        let t = self.table(table)?;
+        let db = self.db.borrow();
+        let Some(row) = rows::read_row(&db, t, id)? else { return Ok(Vec::new()) };
+        let kept = crate::store::kept::of_row(&db, table, id)?;
+        Ok(super::columns::Clocks::of_row(&db, t, &row, &kept)?.into_cells())
+    }
+
     /// A live row, or `None` (also for a soft-deleted one).
     pub fn get(&self, table: &str, id: &str) -> Result<Option<Json>, EngineError> {
         let t = self.table(table)?;

@@ -21,11 +21,12 @@ use super::mutate::payload_json;
 use super::pull::PullEnd;
 use super::relay::{relay_keys, RelayErrorInfo, RelayState, BACKOFF_MS};
 use super::relay_api::RelayFailure;
+use super::schema::Merge;
 use super::{Engine, EngineError};
 use crate::protocol::envelope::{encrypt_plaintext, EventMeta};
 use crate::protocol::json_write::ToJson;
 use crate::protocol::time::iso8601_from_ms;
-use crate::store::{inbox, outbox, purged, rows, system};
+use crate::store::{inbox, kept, outbox, purged, rows, system};
 
 /// Events per push and per pull page.
 pub const BATCH: u32 = 1000;
@@ -251,15 +252,10 @@ impl Engine {
                 let mut rng = self.rng.borrow_mut();
                 let mut sealed = 0;
                 for u in &batch {
-                    let row = match self.schema.table(&u.table) {
-                        Some(t) => rows::read_row(tx, t, &u.row_id)?.map(|r| (t, r)),
-                        None => None,
-                    };
-                    let Some((table, row)) = row.filter(|(_, r)| r.updated_at == u.event_id) else {
+                    let Some(payload) = self.intent_payload(tx, &u.table, &u.row_id, &u.event_id)? else {
                         outbox::drop_intent(tx, &u.event_id)?;
                         continue;
                     };
-                    let payload = payload_json(self.schema.version, table, &row);
                     let meta = EventMeta {
                         event_id: u.event_id.clone(),
                         device_id: self.device_id.clone(),
@@ -273,6 +269,30 @@ impl Engine {
                 Ok(sealed)
             })?;
         }
+    }
+
+    /// The plaintext of the queued event `event_id` of row `row_id` whose event table is
+    /// `event_table`, or `None` when the row has changed since (a later write superseded it,
+    /// or a purge took it out): a whole-row table's row while its `updatedAt` is the event's,
+    /// with the values it keeps for columns the app does not declare; a column-merge row's
+    /// cells of that HLC (`columns`).
+    fn intent_payload(
+        &self,
+        tx: &rusqlite::Connection,
+        event_table: &str,
+        row_id: &str,
+        event_id: &str,
+    ) -> Result<Option<String>, EngineError> {
+        let (base, cell) = super::columns::split(event_table);
+        let Some(table) = self.schema.table(base) else { return Ok(None) };
+        if cell.is_some() || table.merge == Merge::Column {
+            return self.column_payload(tx, table, event_table, row_id, event_id);
+        }
+        let Some(row) = rows::read_row(tx, table, row_id)?.filter(|r| r.updated_at == event_id) else {
+            return Ok(None);
+        };
+        let kept = if self.kept_any.get() { kept::of_row(tx, &table.name, row_id)? } else { Vec::new() };
+        Ok(Some(payload_json(self.schema.version, table, &row, &kept)))
     }
 
     /// Runs one full pass now (after the running one, if any). Errors are local failures only

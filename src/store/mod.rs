@@ -3,6 +3,7 @@
 
 use rusqlite::Connection;
 
+pub mod clocks;
 pub mod coalesce;
 // Used by the IndexedDB VFS (browser only); its tests run natively too.
 #[cfg_attr(not(target_arch = "wasm32"), allow(dead_code))]
@@ -10,6 +11,7 @@ mod dirty_pages;
 #[cfg(target_arch = "wasm32")]
 pub mod idb;
 pub mod inbox;
+pub mod kept;
 #[cfg(target_arch = "wasm32")]
 pub mod opfs;
 pub mod outbox;
@@ -18,6 +20,7 @@ pub mod rows;
 pub mod schema;
 pub mod set_aside;
 pub mod system;
+pub mod values;
 pub mod write_tx;
 
 /// Why the local database could not be opened or used.
@@ -163,10 +166,10 @@ mod lookaside {
     fn a_run_of_rows_and_one_of_intents_bind_their_texts_without_the_allocator() {
         let mut conn = super::open_memory().unwrap();
         let columns = vec![ColumnDef::new("title", ColumnType::Text)];
-        let schema =
-            Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef { name: "t".into(), columns }] }).unwrap();
+        let schema = Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef::new("t", columns)] }).unwrap();
         super::system::create_system_tables(&conn).unwrap();
-        super::system::migrate_app_tables(&mut conn, &schema).unwrap();
+        super::system::create_system_tables(&conn).unwrap();
+        super::system::migrate_app_tables(&mut conn, &schema, None).unwrap();
         let t = schema.table("t").unwrap();
         let hlc = |i: u64| format!("{:015}-000000-devicedevicedevice00", 1_764_504_000_000 + i);
         let rows: Vec<RowData> = (0..64)

@@ -286,10 +286,14 @@ pub fn forget_relay(conn: &Connection, relay: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Drops queued events of one row (used by purge).
+/// Drops queued events of one row (used by purge): its whole-row events and, on a column-merge
+/// table, the events of its cells (`<table>#<cell>`).
 pub fn drop_row_events(conn: &Connection, table: &str, row_id: &str) -> Result<(), StoreError> {
-    conn.prepare_cached("DELETE FROM _sync_outbox WHERE table_name = ?1 AND row_id = ?2")?
-        .execute(params![table, row_id])?;
+    conn.prepare_cached(
+        "DELETE FROM _sync_outbox WHERE row_id = ?2
+           AND (table_name = ?1 OR substr(table_name, 1, length(?1) + 1) = ?1 || '#')",
+    )?
+    .execute(params![table, row_id])?;
     Ok(())
 }
 

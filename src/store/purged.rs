@@ -37,13 +37,17 @@ pub fn purged_at(conn: &Connection, table: &str, row_id: &str) -> Result<Option<
 }
 
 /// A purged row was written again (a newer version arrived): forgets its record and cancels the
-/// compactions still queued for its stream, which would drop that newer version on the relays.
-pub fn revived(conn: &Connection, table: &str, row_id: &str) -> Result<(), StoreError> {
+/// compactions still queued for its stream and for `streams` (the row's others: a column-merge
+/// row has one per cell), which would drop that newer version on the relays.
+pub fn revived(conn: &Connection, table: &str, row_id: &str, streams: &[String]) -> Result<(), StoreError> {
     conn.prepare_cached(
         "DELETE FROM _sync_purge WHERE stream_id IN
            (SELECT stream_id FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2)",
     )?
     .execute(params![table, row_id])?;
+    for stream in streams {
+        conn.prepare_cached("DELETE FROM _sync_purge WHERE stream_id = ?1")?.execute([stream])?;
+    }
     conn.prepare_cached("DELETE FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2")?
         .execute(params![table, row_id])?;
     Ok(())

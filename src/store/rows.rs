@@ -120,6 +120,11 @@ impl<'c> RowWriter<'c> {
         }
     }
 
+    /// The connection it writes on.
+    pub fn conn(&self) -> &'c Connection {
+        self.conn
+    }
+
     /// The statement writing `rows` rows of `table` in `mode`, taken once per writer.
     fn statement(
         &mut self,
@@ -365,9 +370,9 @@ mod runs {
     fn table() -> (Connection, Schema) {
         let mut conn = crate::store::open_memory().unwrap();
         let columns = vec![ColumnDef::new("title", ColumnType::Text)];
-        let schema =
-            Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef { name: "t".into(), columns }] }).unwrap();
-        crate::store::system::migrate_app_tables(&mut conn, &schema).unwrap();
+        let schema = Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef::new("t", columns)] }).unwrap();
+        crate::store::system::create_system_tables(&conn).unwrap();
+        crate::store::system::migrate_app_tables(&mut conn, &schema, None).unwrap();
         (conn, schema)
     }
 

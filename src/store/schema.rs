@@ -5,9 +5,16 @@
 //! columns; it never drops or retypes anything — on one schema version changes are additive
 //! (spec, "Extending the protocol"). The table `blob` is the engine's own: it holds blob
 //! manifests and may not be declared by the app.
+//!
+//! Beyond columns a table declares how its rows merge ([`Merge`]: the whole row, the spec's,
+//! or each column on its own), indexes (created when a version adds them, dropped when one
+//! leaves them out) and, per column, a default value: what a row that never had the column
+//! reads, and what a write that leaves the column out stores.
 
+use rusqlite::types::Value;
 use serde::Serialize;
 
+use super::values::to_sql;
 use crate::protocol::json_fields::{wrong_type, FieldError, Fields, FromJson};
 use crate::protocol::json_write::{ObjectWriter, ToJson};
 use crate::protocol::Json;
@@ -56,13 +63,37 @@ pub struct ColumnDef {
     /// Its type.
     #[serde(rename = "type")]
     pub column_type: ColumnType,
+    /// The canonical JSON of its default value (`"default"` in the declaration; `None`: null).
+    /// Fixed when the column is added: a database refuses another default later
+    /// ([`SchemaError::DefaultChanged`]), since rows that never had the column read it.
+    #[serde(skip)]
+    pub default: Option<String>,
 }
 
 impl ColumnDef {
     /// A column named `name` of type `column_type` (validated when the schema is opened).
     pub fn new(name: &str, column_type: ColumnType) -> Self {
-        ColumnDef { name: name.into(), column_type }
+        ColumnDef { name: name.into(), column_type, default: None }
     }
+
+    /// The column with a default value.
+    pub fn with_default(mut self, default: &Json) -> Self {
+        self.default = Some(crate::protocol::to_canonical_json(default));
+        self
+    }
+}
+
+/// How concurrent writes of one row merge (`"merge"` in a table's declaration).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Merge {
+    /// The spec's: a write's event carries the whole row and the row with the greatest HLC
+    /// wins whole (`"row"`, the default).
+    #[default]
+    Row,
+    /// Each column is its own last-writer-wins register, kept by events of their own; a delete
+    /// is one more (`"column"`; PROTOCOL.md, "Column-merge tables").
+    Column,
 }
 
 /// One declared table.
@@ -72,6 +103,25 @@ pub struct TableDef {
     pub name: String,
     /// Its app columns (system columns are implicit).
     pub columns: Vec<ColumnDef>,
+    /// How its rows merge.
+    #[serde(skip_serializing_if = "Merge::is_row")]
+    pub merge: Merge,
+    /// Its indexes, each the columns it orders by (app columns, `id`, `updatedAt`, `deleted`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub indexes: Vec<Vec<String>>,
+}
+
+impl Merge {
+    fn is_row(&self) -> bool {
+        *self == Merge::Row
+    }
+}
+
+impl TableDef {
+    /// A table of whole-row merging and no index.
+    pub fn new(name: &str, columns: Vec<ColumnDef>) -> Self {
+        TableDef { name: name.into(), columns, merge: Merge::Row, indexes: Vec::new() }
+    }
 }
 
 /// The schema an app declares.
@@ -105,14 +155,34 @@ impl FromJson for ColumnDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
         let column_type = f.read("type")?;
-        Ok(ColumnDef { name: f.string("name")?, column_type })
+        // A default of null is no default.
+        let default = f.get("default").filter(|v| !matches!(v, Json::Null)).map(crate::protocol::to_canonical_json);
+        Ok(ColumnDef { name: f.string("name")?, column_type, default })
+    }
+}
+
+impl FromJson for Merge {
+    fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
+        match value.as_str() {
+            Some("row") => Ok(Merge::Row),
+            Some("column") => Ok(Merge::Column),
+            _ => Err(wrong_type(path, "\"row\" or \"column\"", value)),
+        }
     }
 }
 
 impl FromJson for TableDef {
     fn from_json(value: &Json, path: &str) -> Result<Self, FieldError> {
         let f = Fields::of(value, path)?;
-        Ok(TableDef { name: f.string("name")?, columns: f.items("columns")? })
+        let merge = match f.get("merge") {
+            None | Some(Json::Null) => Merge::Row,
+            Some(_) => f.read("merge")?,
+        };
+        let indexes = match f.get("indexes") {
+            None | Some(Json::Null) => Vec::new(),
+            Some(_) => f.items("indexes")?,
+        };
+        Ok(TableDef { name: f.string("name")?, columns: f.items("columns")?, merge, indexes })
     }
 }
 
@@ -140,13 +210,26 @@ impl ToJson for ColumnType {
 
 impl ToJson for ColumnDef {
     fn write_json(&self, out: &mut String) {
-        ObjectWriter::new(out).member("name", &self.name).member("type", &self.column_type).end();
+        let mut w = ObjectWriter::new(out);
+        w.member("name", &self.name).member("type", &self.column_type);
+        if let Some(default) = &self.default {
+            w.raw_member("default", default);
+        }
+        w.end();
     }
 }
 
 impl ToJson for TableDef {
     fn write_json(&self, out: &mut String) {
-        ObjectWriter::new(out).member("name", &self.name).member("columns", &self.columns).end();
+        let mut w = ObjectWriter::new(out);
+        w.member("name", &self.name).member("columns", &self.columns);
+        if self.merge == Merge::Column {
+            w.member("merge", "column");
+        }
+        if !self.indexes.is_empty() {
+            w.member("indexes", &self.indexes);
+        }
+        w.end();
     }
 }
 
@@ -200,6 +283,41 @@ pub enum SchemaError {
         /// The declared type.
         declared: String,
     },
+    /// A column's default is not a value of its type.
+    #[error("column {table}.{column}: default {reason}")]
+    InvalidDefault {
+        /// Table.
+        table: String,
+        /// Column.
+        column: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The database's column has another default than the declared one.
+    #[error(
+        "column {table}.{column} was added with default {existing} but is declared with default {declared}; \
+         a default is fixed when its column is added (rows that never had the column read it)"
+    )]
+    DefaultChanged {
+        /// Table.
+        table: String,
+        /// Column.
+        column: String,
+        /// The database's default (an SQL literal, or `none`).
+        existing: String,
+        /// The declared default (an SQL literal, or `none`).
+        declared: String,
+    },
+    /// An index names no column, a column twice, or one the table does not have.
+    #[error("table {table}: index {index:?} {reason}")]
+    InvalidIndex {
+        /// Table.
+        table: String,
+        /// The index's columns.
+        index: Vec<String>,
+        /// What is wrong with it.
+        reason: String,
+    },
 }
 
 /// The statements of one table, built once (formatting SQL per write was measurable).
@@ -235,12 +353,19 @@ impl TableSql {
 }
 
 /// A validated table with lookup by column name.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Table {
     /// The table name.
     pub name: String,
     /// App columns in declaration order.
     pub columns: Vec<ColumnDef>,
+    /// How its rows merge.
+    pub merge: Merge,
+    /// Each column's default as stored (null where none is declared), in column order: a new
+    /// row's values before the write's own.
+    pub defaults: Vec<Value>,
+    /// Its declared indexes.
+    pub indexes: Vec<Vec<String>>,
     /// Its statements.
     pub sql: TableSql,
     /// Sorted by name: also the lookup of a column by name.
@@ -267,6 +392,17 @@ impl Table {
         &self.fields
     }
 
+    /// The index in [`Table::columns`] of the app column `column`.
+    pub fn column_index(&self, column: &str) -> Option<usize> {
+        match self.fields.binary_search_by(|(name, _)| name.as_str().cmp(column)) {
+            Ok(at) => match self.fields[at].1 {
+                RowField::Column(i) => Some(i),
+                _ => None,
+            },
+            Err(_) => None,
+        }
+    }
+
     /// The declared type of `column`, if it is an app column.
     pub fn column(&self, column: &str) -> Option<ColumnType> {
         // The fields are sorted by name; app columns are all but `id`, `updatedAt`, `deleted`.
@@ -281,7 +417,7 @@ impl Table {
 }
 
 /// A validated schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Schema {
     /// The version this app writes and understands.
     pub version: u32,
@@ -289,7 +425,9 @@ pub struct Schema {
     tables: Vec<Table>,
 }
 
-fn valid_identifier(name: &str) -> bool {
+/// Whether `name` may name a table or column: a letter or `_`, then letters, digits or `_`, at
+/// most 64 characters.
+pub fn valid_identifier(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
@@ -305,6 +443,8 @@ fn reserved_table(name: &str) -> bool {
 fn blob_table() -> TableDef {
     TableDef {
         name: BLOB_TABLE.into(),
+        merge: Merge::Row,
+        indexes: Vec::new(),
         columns: vec![
             ColumnDef::new("version", ColumnType::Integer),
             ColumnDef::new("ownerId", ColumnType::Text),
@@ -332,6 +472,45 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
             return Err(SchemaError::Duplicate { what: "column", name: c.name.clone() });
         }
     }
+    let mut defaults = Vec::with_capacity(def.columns.len());
+    for c in &def.columns {
+        defaults.push(match &c.default {
+            None => Value::Null,
+            Some(text) => {
+                let invalid = |reason: String| SchemaError::InvalidDefault {
+                    table: def.name.clone(),
+                    column: c.name.clone(),
+                    reason,
+                };
+                let json = crate::protocol::parse_json(text).map_err(|e| invalid(format!("is not JSON: {e}")))?;
+                to_sql(&def.name, &c.name, c.column_type, &json).map_err(|e| {
+                    invalid(format!("is not a value of the column: expected {}, got {}", e.expected, e.got))
+                })?
+            }
+        });
+    }
+    for (k, index) in def.indexes.iter().enumerate() {
+        let invalid = |reason: &str| SchemaError::InvalidIndex {
+            table: def.name.clone(),
+            index: index.clone(),
+            reason: reason.into(),
+        };
+        if index.is_empty() || index.len() > MAX_INDEX_COLUMNS {
+            return Err(invalid(&format!("must name 1 to {MAX_INDEX_COLUMNS} columns")));
+        }
+        for (i, name) in index.iter().enumerate() {
+            let known = SYSTEM_COLUMNS.contains(&name.as_str()) || def.columns.iter().any(|c| &c.name == name);
+            if !known {
+                return Err(invalid(&format!("names {name:?}, which is not a column of the table")));
+            }
+            if index[..i].contains(name) {
+                return Err(invalid(&format!("names {name:?} twice")));
+            }
+        }
+        if def.indexes[..k].contains(index) {
+            return Err(invalid("is declared twice"));
+        }
+    }
     let sql = TableSql::new(&def.name, &def.columns);
     let mut fields = vec![
         ("id".to_owned(), RowField::Id),
@@ -340,7 +519,7 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
     ];
     fields.extend(def.columns.iter().enumerate().map(|(i, c)| (c.name.clone(), RowField::Column(i))));
     crate::protocol::sort::stable_sort_by(&mut fields, |a, b| a.0 < b.0);
-    Ok(Table { name: def.name, columns: def.columns, sql, fields })
+    Ok(Table { name: def.name, columns: def.columns, merge: def.merge, defaults, indexes: def.indexes, sql, fields })
 }
 
 fn insert_by_name(tables: &mut Vec<Table>, table: Table) {
@@ -383,6 +562,16 @@ impl Schema {
     }
 }
 
+/// Columns one declared index may have.
+pub const MAX_INDEX_COLUMNS: usize = 8;
+
+/// The name the engine gives the index of `table` over `columns`: `<table>.by.<column>…`. Names
+/// cannot hold a `.`, so no two indexes share one, and every index named `<table>.by.…` is the
+/// engine's (dropped when the schema no longer declares it).
+pub fn index_name(table: &str, columns: &[String]) -> String {
+    format!("{table}.by.{}", columns.join("."))
+}
+
 /// Quotes an identifier that [`Schema::new`] validated.
 pub fn quote(ident: &str) -> String {
     format!("\"{ident}\"")
@@ -400,6 +589,8 @@ mod tests {
                 .map(|(n, cols)| TableDef {
                     name: n.into(),
                     columns: cols.into_iter().map(|(c, t)| ColumnDef::new(c, t)).collect(),
+                    merge: Default::default(),
+                    indexes: Vec::new(),
                 })
                 .collect(),
         }

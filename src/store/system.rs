@@ -4,7 +4,10 @@
 
 use rusqlite::{Connection, OptionalExtension};
 
-use super::schema::{quote, Schema, SchemaError};
+use rusqlite::types::Value;
+
+use super::kept;
+use super::schema::{index_name, quote, Schema, SchemaDef, SchemaError, Table, SYSTEM_COLUMNS};
 use super::StoreError;
 
 const SYSTEM_DDL: &str = "
@@ -83,6 +86,19 @@ CREATE TABLE IF NOT EXISTS _sync_blob_uploads (
     hash  TEXT NOT NULL,
     PRIMARY KEY (relay, hash)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_kept (
+    table_name TEXT NOT NULL,
+    row_id     TEXT NOT NULL,
+    col_name   TEXT NOT NULL,
+    value      TEXT NOT NULL,
+    PRIMARY KEY (table_name, row_id, col_name)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS _sync_clocks (
+    table_name TEXT NOT NULL,
+    row_id     TEXT NOT NULL,
+    clocks     TEXT NOT NULL,
+    PRIMARY KEY (table_name, row_id)
+) WITHOUT ROWID;
 ";
 
 /// A request's record kept on its transaction's last outbox intent (`Engine::write_rows`)
@@ -153,15 +169,48 @@ fn add_request_columns(conn: &Connection) -> Result<(), StoreError> {
     })
 }
 
-fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<(String, String)>, StoreError> {
+/// A column of an app table as SQLite has it: name, type, default (its SQL text).
+struct ExistingColumn {
+    name: String,
+    sql_type: String,
+    default: Option<String>,
+}
+
+fn existing_columns(conn: &Connection, table: &str) -> Result<Vec<ExistingColumn>, StoreError> {
     let mut stmt = conn.prepare(&format!("PRAGMA table_info({})", quote(table)))?;
-    let cols =
-        stmt.query_map([], |r| Ok((r.get::<_, String>(1)?, r.get::<_, String>(2)?)))?.collect::<Result<Vec<_>, _>>()?;
+    let cols = stmt
+        .query_map([], |r| Ok(ExistingColumn { name: r.get(1)?, sql_type: r.get(2)?, default: r.get(4)? }))?
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(cols)
 }
 
-/// Creates missing app tables and adds missing columns, in one transaction.
-pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema) -> Result<(), StoreError> {
+/// `value` as an SQL literal (a column's `DEFAULT`): what `PRAGMA table_info` then shows.
+fn sql_literal(value: &Value) -> Option<String> {
+    match value {
+        Value::Null => None,
+        Value::Integer(i) => Some(i.to_string()),
+        Value::Real(x) => Some(format!("{x:?}")),
+        Value::Text(t) => Some(format!("'{}'", t.replace('\'', "''"))),
+        Value::Blob(_) => None,
+    }
+}
+
+/// A column's definition in `CREATE TABLE` and `ALTER TABLE … ADD COLUMN`.
+fn column_ddl(table: &Table, i: usize) -> String {
+    let c = &table.columns[i];
+    match sql_literal(&table.defaults[i]) {
+        Some(literal) => format!("{} {} DEFAULT {literal}", quote(&c.name), c.column_type.sql_type()),
+        None => format!("{} {}", quote(&c.name), c.column_type.sql_type()),
+    }
+}
+
+/// Brings the app tables to `schema` in one transaction: creates missing tables, adds missing
+/// columns (with their defaults), creates the declared indexes and drops the engine's
+/// undeclared ones, and moves the values of columns a row holds but the app does not declare
+/// (`_sync_kept`, see [`kept`]): into their columns once declared, out of columns that a
+/// later schema no longer declares (an older app opening a newer app's database).
+/// `prior` is the schema the database was last opened with.
+pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema, prior: Option<&SchemaDef>) -> Result<(), StoreError> {
     let tx = conn.transaction()?;
     for table in schema.tables() {
         let existing = existing_columns(&tx, &table.name)?;
@@ -170,35 +219,76 @@ pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema) -> Result<(), 
                 "CREATE TABLE {} (id TEXT PRIMARY KEY NOT NULL, updatedAt TEXT NOT NULL, deleted INTEGER NOT NULL DEFAULT 0",
                 quote(&table.name)
             );
-            for c in &table.columns {
-                ddl.push_str(&format!(", {} {}", quote(&c.name), c.column_type.sql_type()));
+            for i in 0..table.columns.len() {
+                ddl.push_str(", ");
+                ddl.push_str(&column_ddl(table, i));
             }
             // Clustered by id: a row write touches one b-tree, not a table plus its key index.
             ddl.push_str(") WITHOUT ROWID");
             tx.execute_batch(&ddl)?;
-            continue;
         }
-        for c in &table.columns {
-            match existing.iter().find(|(n, _)| n.eq_ignore_ascii_case(&c.name)) {
-                Some((_, t)) if !t.eq_ignore_ascii_case(c.column_type.sql_type()) => {
+        for (i, c) in table.columns.iter().enumerate() {
+            match existing.iter().find(|e| e.name.eq_ignore_ascii_case(&c.name)) {
+                Some(e) if !e.sql_type.eq_ignore_ascii_case(c.column_type.sql_type()) => {
                     return Err(StoreError::Schema(SchemaError::TypeChanged {
                         table: table.name.clone(),
                         column: c.name.clone(),
-                        existing: t.clone(),
+                        existing: e.sql_type.clone(),
                         declared: c.column_type.sql_type().into(),
                     }));
                 }
+                Some(e) if e.default != sql_literal(&table.defaults[i]) => {
+                    let shown = |d: Option<String>| d.unwrap_or_else(|| "none".into());
+                    return Err(StoreError::Schema(SchemaError::DefaultChanged {
+                        table: table.name.clone(),
+                        column: c.name.clone(),
+                        existing: shown(e.default.clone()),
+                        declared: shown(sql_literal(&table.defaults[i])),
+                    }));
+                }
                 Some(_) => {}
+                None if existing.is_empty() => {}
                 None => tx.execute_batch(&format!(
-                    "ALTER TABLE {} ADD COLUMN {} {}",
+                    "ALTER TABLE {} ADD COLUMN {}",
                     quote(&table.name),
-                    quote(&c.name),
-                    c.column_type.sql_type()
+                    column_ddl(table, i)
                 ))?,
             }
         }
+        migrate_indexes(&tx, table)?;
+        let prior_table = prior.and_then(|p| p.tables.iter().find(|t| t.name == table.name));
+        for e in &existing {
+            let app_column = !SYSTEM_COLUMNS.contains(&e.name.as_str());
+            if app_column && !table.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&e.name)) {
+                let declared = prior_table.and_then(|t| t.columns.iter().find(|c| c.name == e.name));
+                kept::undeclare(&tx, &table.name, &e.name, declared.map(|c| c.column_type), e.default.as_deref())?;
+            }
+        }
+        kept::declare(&tx, table)?;
     }
     tx.commit()?;
+    Ok(())
+}
+
+/// Creates `table`'s declared indexes that are missing and drops the engine's indexes of it
+/// that are no longer declared ([`index_name`]).
+fn migrate_indexes(tx: &Connection, table: &Table) -> Result<(), StoreError> {
+    let declared: Vec<String> = table.indexes.iter().map(|cols| index_name(&table.name, cols)).collect();
+    let prefix = index_name(&table.name, &[]);
+    let mut stmt = tx.prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ?1 AND substr(name, 1, length(?2)) = ?2",
+    )?;
+    let existing: Vec<String> =
+        stmt.query_map(rusqlite::params![table.name, prefix], |r| r.get(0))?.collect::<Result<_, _>>()?;
+    for name in existing.iter().filter(|n| !declared.contains(n)) {
+        tx.execute_batch(&format!("DROP INDEX {}", quote(name)))?;
+    }
+    for (cols, name) in table.indexes.iter().zip(&declared) {
+        if !existing.contains(name) {
+            let cols: Vec<String> = cols.iter().map(|c| quote(c)).collect();
+            tx.execute_batch(&format!("CREATE INDEX {} ON {} ({})", quote(name), quote(&table.name), cols.join(", ")))?;
+        }
+    }
     Ok(())
 }
 

@@ -53,6 +53,8 @@ fn schema() -> SchemaDef {
                 ColumnDef::new("done", ColumnType::Boolean),
                 ColumnDef::new("position", ColumnType::Integer),
             ],
+            merge: Default::default(),
+            indexes: Vec::new(),
         }],
     }
 }

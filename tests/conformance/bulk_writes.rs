@@ -219,9 +219,9 @@ fn three_tables() -> SchemaDef {
     SchemaDef {
         schema_version: 1,
         tables: vec![
-            TableDef { name: "notes".into(), columns: vec![ColumnDef::new("text", ColumnType::Text)] },
-            TableDef { name: "wide".into(), columns: columns(400) },
-            TableDef { name: "widest".into(), columns: columns(1100) },
+            TableDef::new("notes", vec![ColumnDef::new("text", ColumnType::Text)]),
+            TableDef::new("wide", columns(400)),
+            TableDef::new("widest", columns(1100)),
         ],
     }
 }

@@ -33,6 +33,8 @@ pub fn schema() -> SchemaDef {
                 ColumnDef::new("image", ColumnType::Blob),
                 ColumnDef::new("meta", ColumnType::Json),
             ],
+            merge: Default::default(),
+            indexes: Vec::new(),
         }],
     }
 }

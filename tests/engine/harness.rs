@@ -19,6 +19,9 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 
 pub const T0: u64 = 1_764_504_000_000;
 
+/// The admin token of [`TestRelay::compacting`] relays.
+const ADMIN_TOKEN: &str = "test-admin-token-for-compaction";
+
 /// A fresh directory for one test's files. The first call of a run removes what earlier runs
 /// left (their relays' and devices' files: ~70 MB a run): those of processes no longer running,
 /// untouched for an hour.
@@ -57,6 +60,25 @@ impl TestRelay {
         let mut r = TestRelay { url: String::new(), db, port: 0, vars, stop: None, thread: None };
         r.spawn();
         r
+    }
+
+    /// A relay whose log compaction [`TestRelay::compact`] runs on demand.
+    pub fn compacting() -> TestRelay {
+        TestRelay::start_with(&[("ADMIN_TOKEN", ADMIN_TOKEN)])
+    }
+
+    /// Runs the relay's log compaction now (`POST /ops/compact`): each stream keeps its newest
+    /// event. Returns how many events it deleted.
+    pub async fn compact(&self) -> u64 {
+        let resp = reqwest::Client::new()
+            .post(format!("{}/ops/compact", self.url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200, "compaction needs a relay started with TestRelay::compacting");
+        let report: serde_json::Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        report["deletedEvents"].as_u64().unwrap()
     }
 
     /// Events the relay stores for `owner` (its SQLite file keeps them under the owner's key).
@@ -334,9 +356,11 @@ pub fn todo_schema(version: u32, extra_tables: &[&str]) -> SchemaDef {
             ColumnDef::new("image", ColumnType::Blob),
             ColumnDef::new("meta", ColumnType::Json),
         ],
+        merge: Default::default(),
+        indexes: Vec::new(),
     }];
     for t in extra_tables {
-        tables.push(TableDef { name: (*t).into(), columns: vec![ColumnDef::new("body", ColumnType::Text)] });
+        tables.push(TableDef::new(t, vec![ColumnDef::new("body", ColumnType::Text)]));
     }
     SchemaDef { schema_version: version, tables }
 }

@@ -23,3 +23,4 @@ mod remember;
 mod requests;
 mod rules;
 mod undeliverable;
+mod versions;

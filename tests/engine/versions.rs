@@ -1,0 +1,571 @@
+//! No edit is lost across app versions: a device keeps the values of columns its app does not
+//! declare and sends them on; a column added later reads its default where a row never had it;
+//! indexes come and go with the schema; and a column-merge table keeps concurrent edits of
+//! different columns. Every rule is checked against a relay that compacts (each stream keeps
+//! its newest event), against which a fresh device restores exactly what the others hold.
+
+use std::path::{Path, PathBuf};
+
+use simplysync::engine::schema::{ColumnDef, ColumnType, Merge, SchemaDef, TableDef};
+use simplysync::protocol::{parse_json, Json};
+
+use crate::harness::{phrase, temp_dir, Device, DeviceSpec, TestRelay, T0};
+
+fn json(text: &str) -> Json {
+    parse_json(text).unwrap()
+}
+
+fn todos(extra: &[ColumnDef]) -> TableDef {
+    let mut columns = vec![ColumnDef::new("title", ColumnType::Text), ColumnDef::new("done", ColumnType::Boolean)];
+    columns.extend(extra.iter().cloned());
+    TableDef::new("todos", columns)
+}
+
+fn notes(extra: &[ColumnDef]) -> TableDef {
+    let mut columns = vec![ColumnDef::new("title", ColumnType::Text), ColumnDef::new("body", ColumnType::Text)];
+    columns.extend(extra.iter().cloned());
+    TableDef { merge: Merge::Column, ..TableDef::new("notes", columns) }
+}
+
+/// The first app version: todos (title, done) and notes (title, body) merged per column.
+fn v1() -> SchemaDef {
+    SchemaDef { schema_version: 1, tables: vec![todos(&[]), notes(&[])] }
+}
+
+/// The next: todos gain `priority` (default 0) and an index, notes gain `tags`.
+fn v2() -> SchemaDef {
+    let priority = ColumnDef::new("priority", ColumnType::Integer).with_default(&json("0"));
+    let mut t = todos(&[priority]);
+    t.indexes = vec![vec!["done".into(), "updatedAt".into()]];
+    SchemaDef { schema_version: 1, tables: vec![t, notes(&[ColumnDef::new("tags", ColumnType::Json)])] }
+}
+
+fn open(secret: &str, relay: &TestRelay, schema: SchemaDef, path: &Path) -> Device {
+    Device::open(DeviceSpec {
+        secret,
+        relays: vec![relay.url.clone()],
+        schema,
+        db_path: Some(path.to_owned()),
+        clock_ms: T0,
+    })
+}
+
+fn db(tag: &str) -> PathBuf {
+    temp_dir(tag).join("db.sqlite")
+}
+
+/// A row's value of `column` (`None`: no such live row).
+fn cell(d: &Device, table: &str, id: &str, column: &str) -> Option<Json> {
+    d.engine.get(table, id).unwrap().map(|r| r.get(column).cloned().unwrap_or(Json::Null))
+}
+
+/// Every row of every table, deleted ones included, with their `updatedAt`.
+fn state(d: &Device) -> Vec<Json> {
+    d.snapshot()
+}
+
+#[tokio::test]
+async fn a_value_an_older_app_does_not_know_survives_its_edits_on_every_device_and_after_compaction() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let (path_a, path_b) = (db("a"), db("b"));
+    // Devices A and B run the app with todos(title, done); row t1 is on both.
+    let a = open(&secret, &relay, v1(), &path_a);
+    a.engine.insert("todos", json(r#"{"id":"t1","title":"milk","done":false}"#)).unwrap();
+    a.sync().await;
+    let b = open(&secret, &relay, v1(), &path_b);
+    b.sync().await;
+    assert_eq!(cell(&b, "todos", "t1", "title"), Some(json(r#""milk""#)));
+    // A's app updates: the schema adds priority, and A sets t1.priority = 1.
+    drop(a);
+    let a = open(&secret, &relay, v2(), &path_a);
+    a.clock.advance(1000);
+    a.engine.update("todos", "t1", json(r#"{"priority":1}"#)).unwrap();
+    a.sync().await;
+    // B, still on the old app, applies what it knows and keeps the rest; then edits t1.title.
+    b.clock.advance(2000);
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred), (1, 0), "{r:?}");
+    assert_eq!(b.engine.kept_values("todos", "t1").unwrap(), [("priority".to_owned(), "1".to_owned())]);
+    assert_eq!(cell(&b, "todos", "t1", "priority"), Some(Json::Null), "the old app never sees it");
+    b.engine.update("todos", "t1", json(r#"{"title":"oat milk"}"#)).unwrap();
+    b.sync().await;
+    // B's event wins by HLC and carries priority unchanged.
+    a.sync().await;
+    assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""oat milk""#)));
+    assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("1")));
+    // A writes a new row t2: B shows it at once, though it does not know all its columns.
+    a.engine.insert("todos", json(r#"{"id":"t2","title":"eggs","done":false,"priority":2}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    assert_eq!(cell(&b, "todos", "t2", "title"), Some(json(r#""eggs""#)));
+    assert!(b.engine.deferred().unwrap().is_empty());
+    // The relay keeps the newest event of each stream: B's version of t1 alone.
+    assert!(relay.compact().await > 0);
+    let c = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: v2(),
+        db_path: None,
+        clock_ms: T0 + 10_000,
+    });
+    c.sync().await;
+    assert_eq!(cell(&c, "todos", "t1", "priority"), Some(json("1")), "a fresh device restored from the survivors");
+    assert_eq!(cell(&c, "todos", "t1", "title"), Some(json(r#""oat milk""#)));
+    assert_eq!(cell(&c, "todos", "t2", "priority"), Some(json("2")));
+    assert_eq!(state(&c), state(&a));
+    // B's app updates: the kept values appear, nothing replayed, nothing kept any more.
+    drop(b);
+    let b = open(&secret, &relay, v2(), &path_b);
+    assert_eq!(cell(&b, "todos", "t1", "priority"), Some(json("1")));
+    assert_eq!(cell(&b, "todos", "t2", "priority"), Some(json("2")));
+    assert!(b.engine.kept_values("todos", "t1").unwrap().is_empty());
+    assert_eq!(state(&b), state(&a));
+}
+
+#[tokio::test]
+async fn a_column_added_later_reads_its_default_where_a_row_never_had_it() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let (path_a, path_b) = (db("a"), db("b"));
+    let a = open(&secret, &relay, v1(), &path_a);
+    a.engine.insert("todos", json(r#"{"id":"old","title":"before","done":false}"#)).unwrap();
+    a.sync().await;
+    drop(a);
+    let a = open(&secret, &relay, v2(), &path_a);
+    assert_eq!(cell(&a, "todos", "old", "priority"), Some(json("0")), "a row from before the column");
+    // A write that leaves the column out stores its default: insert and upsert alike.
+    a.engine.insert("todos", json(r#"{"id":"new","title":"after"}"#)).unwrap();
+    a.engine.upsert("todos", json(r#"{"id":"old","title":"again"}"#)).unwrap();
+    assert_eq!(cell(&a, "todos", "new", "priority"), Some(json("0")));
+    assert_eq!(cell(&a, "todos", "old", "priority"), Some(json("0")));
+    a.sync().await;
+    // A device on the old app writes a row: its event has no priority, which reads 0.
+    let b = open(&secret, &relay, v1(), &path_b);
+    b.sync().await;
+    b.clock.advance(1000);
+    b.engine.insert("todos", json(r#"{"id":"b","title":"from the old app"}"#)).unwrap();
+    b.sync().await;
+    a.sync().await;
+    assert_eq!(cell(&a, "todos", "b", "priority"), Some(json("0")));
+    relay.compact().await;
+    let c = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: v2(),
+        db_path: None,
+        clock_ms: T0,
+    });
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+}
+
+#[test]
+fn a_default_is_fixed_when_its_column_is_added_and_must_fit_its_type() {
+    let secret = phrase();
+    let path = db("defaults");
+    let spec = |schema: SchemaDef| DeviceSpec {
+        secret: &secret,
+        relays: vec![],
+        schema,
+        db_path: Some(path.clone()),
+        clock_ms: T0,
+    };
+    drop(Device::open(spec(v2())));
+    let mut changed = v2();
+    changed.tables[0].columns[2] = ColumnDef::new("priority", ColumnType::Integer).with_default(&json("1"));
+    let e = Device::try_open(spec(changed)).unwrap_err();
+    assert_eq!(e.code(), "SCHEMA_INVALID");
+    assert!(e.to_string().contains("todos.priority was added with default 0 but is declared with default 1"), "{e}");
+    let mut dropped = v2();
+    dropped.tables[0].columns[2].default = None;
+    let e = Device::try_open(spec(dropped)).unwrap_err();
+    assert!(e.to_string().contains("default 0 but is declared with default none"), "{e}");
+    let mut wrong = v2();
+    wrong.tables[0].columns[2] = ColumnDef::new("priority", ColumnType::Integer).with_default(&json(r#""high""#));
+    let e = Device::try_open(DeviceSpec { db_path: None, ..spec(wrong) }).unwrap_err();
+    assert_eq!(e.code(), "SCHEMA_INVALID");
+    assert!(e.to_string().contains("todos.priority: default is not a value of the column"), "{e}");
+    // Every type's default, as the database stores it and a row reads it back.
+    let typed = SchemaDef {
+        schema_version: 1,
+        tables: vec![TableDef::new(
+            "all",
+            vec![
+                ColumnDef::new("t", ColumnType::Text).with_default(&json(r#""it's""#)),
+                ColumnDef::new("i", ColumnType::Integer).with_default(&json("-5")),
+                ColumnDef::new("r", ColumnType::Real).with_default(&json("1.5")),
+                ColumnDef::new("b", ColumnType::Boolean).with_default(&json("true")),
+                ColumnDef::new("j", ColumnType::Json).with_default(&json(r#"{"b":[1],"a":null}"#)),
+            ],
+        )],
+    };
+    let d = Device::open(DeviceSpec { db_path: Some(db("typed")), ..spec(typed.clone()) });
+    d.engine.insert("all", json(r#"{"id":"x"}"#)).unwrap();
+    let row = d.engine.get("all", "x").unwrap().unwrap();
+    assert_eq!(
+        (row.get("t"), row.get("i"), row.get("r"), row.get("b"), row.get("j")),
+        (
+            Some(&json(r#""it's""#)),
+            Some(&json("-5")),
+            Some(&json("1.5")),
+            Some(&json("true")),
+            Some(&json(r#"{"a":null,"b":[1]}"#))
+        )
+    );
+}
+
+#[test]
+fn declared_indexes_are_created_and_dropped_with_the_schema() {
+    let secret = phrase();
+    let path = db("indexes");
+    let spec = |schema: SchemaDef| DeviceSpec {
+        secret: &secret,
+        relays: vec![],
+        schema,
+        db_path: Some(path.clone()),
+        clock_ms: T0,
+    };
+    let indexes = |d: &Device| -> Vec<String> {
+        d.engine
+            .query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'todos' AND sql IS NOT NULL ORDER BY name", &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.get("name").unwrap().as_str().unwrap().to_owned())
+            .collect()
+    };
+    let d = Device::open(spec(v1()));
+    assert!(indexes(&d).is_empty());
+    drop(d);
+    let d = Device::open(spec(v2()));
+    assert_eq!(indexes(&d), ["todos.by.done.updatedAt"]);
+    drop(d);
+    let plan: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("EXPLAIN QUERY PLAN SELECT id FROM todos WHERE done = 0 ORDER BY updatedAt", [], |r| r.get(3))
+        .unwrap();
+    assert!(plan.contains("todos.by.done.updatedAt"), "{plan}");
+    let mut other = v2();
+    other.tables[0].indexes = vec![vec!["priority".into()]];
+    let d = Device::open(spec(other));
+    assert_eq!(indexes(&d), ["todos.by.priority"], "the undeclared index is dropped");
+    drop(d);
+    for (index, why) in [
+        (vec!["colour".to_owned()], r#"names "colour", which is not a column of the table"#),
+        (vec![], "must name 1 to 8 columns"),
+        (vec!["done".to_owned(), "done".to_owned()], r#"names "done" twice"#),
+    ] {
+        let mut bad = v2();
+        bad.tables[0].indexes = vec![index];
+        let e = Device::try_open(spec(bad)).unwrap_err();
+        assert_eq!(e.code(), "SCHEMA_INVALID");
+        assert!(e.to_string().contains(why), "{e}");
+    }
+}
+
+#[tokio::test]
+async fn an_older_app_opening_a_newer_apps_database_keeps_and_sends_what_it_no_longer_declares() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let path = db("rollback");
+    let a = open(&secret, &relay, v2(), &path);
+    a.engine.insert("todos", json(r#"{"id":"t1","title":"x","priority":5}"#)).unwrap();
+    a.engine.insert("todos", json(r#"{"id":"t2","title":"y"}"#)).unwrap();
+    a.sync().await;
+    drop(a);
+    // The older app opens the database: priority is kept, and its writes send it on.
+    let a = open(&secret, &relay, v1(), &path);
+    assert_eq!(a.engine.kept_values("todos", "t1").unwrap(), [("priority".to_owned(), "5".to_owned())]);
+    assert!(a.engine.kept_values("todos", "t2").unwrap().is_empty(), "the default is not kept");
+    a.clock.advance(1000);
+    a.engine.update("todos", "t1", json(r#"{"title":"edited by the old app"}"#)).unwrap();
+    a.sync().await;
+    relay.compact().await;
+    let c = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: v2(),
+        db_path: None,
+        clock_ms: T0,
+    });
+    c.sync().await;
+    assert_eq!(cell(&c, "todos", "t1", "priority"), Some(json("5")));
+    assert_eq!(cell(&c, "todos", "t1", "title"), Some(json(r#""edited by the old app""#)));
+    drop(a);
+    // The newer app again: the value is back in its column.
+    let a = open(&secret, &relay, v2(), &path);
+    assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("5")));
+    assert_eq!(cell(&a, "todos", "t2", "priority"), Some(json("0")));
+    assert!(a.engine.kept_values("todos", "t1").unwrap().is_empty());
+    assert_eq!(state(&c), state(&a));
+}
+
+#[tokio::test]
+async fn a_kept_value_its_column_is_later_declared_with_another_type_for_stays_kept_and_is_not_sent() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let colour = |t: ColumnType| {
+        let mut s = v1();
+        s.tables[0].columns.push(ColumnDef::new("colour", t));
+        s
+    };
+    // A declares colour as text; B does not know it and keeps A's value.
+    let a = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: colour(ColumnType::Text),
+        db_path: None,
+        clock_ms: T0,
+    });
+    a.engine.insert("todos", json(r#"{"id":"t1","title":"x","colour":"red"}"#)).unwrap();
+    a.sync().await;
+    let path = db("typed");
+    let b = open(&secret, &relay, v1(), &path);
+    b.sync().await;
+    assert_eq!(b.engine.kept_values("todos", "t1").unwrap(), [("colour".to_owned(), r#""red""#.to_owned())]);
+    drop(b);
+    // B's next app version declares colour as an integer: "red" does not fit.
+    let b = open(&secret, &relay, colour(ColumnType::Integer), &path);
+    assert_eq!(cell(&b, "todos", "t1", "colour"), Some(Json::Null), "the column reads its default");
+    assert_eq!(b.engine.kept_values("todos", "t1").unwrap().len(), 1, "the value stays with the row");
+    b.clock.advance(1000);
+    b.engine.update("todos", "t1", json(r#"{"title":"y"}"#)).unwrap();
+    b.sync().await;
+    // B's event carries the column's value, not the kept one.
+    a.sync().await;
+    assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""y""#)));
+    assert_eq!(cell(&a, "todos", "t1", "colour"), Some(Json::Null));
+    assert!(a.engine.quarantined().unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn an_event_with_more_than_a_row_may_keep_waits_whole_as_before() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = {
+        let mut s = v1();
+        s.tables[0].columns.push(ColumnDef::new("blobby", ColumnType::Text));
+        Device::open(DeviceSpec {
+            secret: &secret,
+            relays: vec![relay.url.clone()],
+            schema: s,
+            db_path: None,
+            clock_ms: T0,
+        })
+    };
+    let big = "x".repeat(64 * 1024);
+    let fits = "x".repeat(64 * 1024 - "blobby".len() - 2);
+    a.engine.insert("todos", Json::object([("id", Json::from("big")), ("blobby", Json::from(big.as_str()))])).unwrap();
+    a.engine
+        .insert("todos", Json::object([("id", Json::from("fits")), ("blobby", Json::from(fits.as_str()))]))
+        .unwrap();
+    a.sync().await;
+    let b = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: v1(),
+        db_path: None,
+        clock_ms: T0,
+    });
+    let r = b.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred), (1, 1), "{r:?}");
+    let deferred = b.engine.deferred().unwrap();
+    assert_eq!(deferred[0].reason, "UNKNOWN_COLUMN");
+    assert!(deferred[0].detail.contains("a row keeps at most 65536"), "{}", deferred[0].detail);
+    assert!(b.engine.get("todos", "big").unwrap().is_none());
+    assert_eq!(b.engine.kept_values("todos", "fits").unwrap()[0].1.len(), fits.len() + 2);
+}
+
+// ---- Column-merge tables -----------------------------------------------------------------------
+
+fn fresh(secret: &str, relay: &TestRelay, schema: SchemaDef) -> Device {
+    Device::open(DeviceSpec { secret, relays: vec![relay.url.clone()], schema, db_path: None, clock_ms: T0 })
+}
+
+#[tokio::test]
+async fn concurrent_edits_of_different_columns_both_survive_everywhere_and_after_compaction() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v1());
+    let b = fresh(&secret, &relay, v1());
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"draft","body":"text"}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    // Offline, A retitles the note and B rewrites its body (B's clock is later).
+    a.clock.advance(1000);
+    b.clock.advance(2000);
+    a.engine.update("notes", "n1", json(r#"{"title":"Title by A"}"#)).unwrap();
+    b.engine.update("notes", "n1", json(r#"{"body":"Body by B"}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    a.sync().await;
+    for d in [&a, &b] {
+        assert_eq!(cell(d, "notes", "n1", "title"), Some(json(r#""Title by A""#)));
+        assert_eq!(cell(d, "notes", "n1", "body"), Some(json(r#""Body by B""#)));
+    }
+    assert_eq!(relay.compact().await, 2, "each cell's first version");
+    assert_eq!(relay.events_of(&a.engine.owner_id()), 2, "one event per cell survives");
+    let c = fresh(&secret, &relay, v1());
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+    assert_eq!(state(&b), state(&a));
+    assert_eq!(c.engine.cell_clocks("notes", "n1").unwrap(), a.engine.cell_clocks("notes", "n1").unwrap());
+}
+
+#[tokio::test]
+async fn per_column_the_later_write_wins_and_a_delete_and_an_edit_decide_by_hlc() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v1());
+    let b = fresh(&secret, &relay, v1());
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b"}"#)).unwrap();
+    a.engine.insert("notes", json(r#"{"id":"n2","title":"t","body":"b"}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    // The same column edited on both: the later HLC wins, whatever order they sync in.
+    a.clock.advance(2000);
+    b.clock.advance(1000);
+    a.engine.update("notes", "n1", json(r#"{"title":"later"}"#)).unwrap();
+    b.engine.update("notes", "n1", json(r#"{"title":"earlier"}"#)).unwrap();
+    // n2: B deletes it, and A — later by HLC — edits it: the edit wins, the row is live.
+    b.engine.delete("notes", "n2").unwrap();
+    a.engine.update("notes", "n2", json(r#"{"body":"kept alive"}"#)).unwrap();
+    b.sync().await;
+    a.sync().await;
+    b.sync().await;
+    for d in [&a, &b] {
+        assert_eq!(cell(d, "notes", "n1", "title"), Some(json(r#""later""#)));
+        assert_eq!(cell(d, "notes", "n2", "body"), Some(json(r#""kept alive""#)));
+    }
+    // A delete later than an edit wins: the row is deleted, its values kept.
+    b.clock.advance(5000);
+    a.engine.update("notes", "n1", json(r#"{"body":"edited before the delete"}"#)).unwrap();
+    b.engine.delete("notes", "n1").unwrap();
+    a.sync().await;
+    b.sync().await;
+    a.sync().await;
+    for d in [&a, &b] {
+        assert_eq!(d.engine.get("notes", "n1").unwrap(), None);
+    }
+    relay.compact().await;
+    let c = fresh(&secret, &relay, v1());
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+    assert_eq!(state(&b), state(&a));
+    // An insert revives the deleted row with every column as written.
+    a.clock.advance(10_000);
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"back"}"#)).unwrap();
+    a.sync().await;
+    c.sync().await;
+    assert_eq!(cell(&c, "notes", "n1", "title"), Some(json(r#""back""#)));
+    assert_eq!(cell(&c, "notes", "n1", "body"), Some(Json::Null));
+}
+
+#[tokio::test]
+async fn a_write_to_a_column_merge_table_sends_the_columns_it_changes_each_in_an_event_of_its_own() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v1());
+    let queued = |d: &Device| -> Vec<String> {
+        d.engine
+            .query("SELECT table_name FROM _sync_outbox WHERE pushed_at IS NULL ORDER BY event_id", &[])
+            .unwrap()
+            .into_iter()
+            .map(|r| r.get("table_name").unwrap().as_str().unwrap().to_owned())
+            .collect()
+    };
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t"}"#)).unwrap();
+    assert_eq!(queued(&a), ["notes#title", "notes#body"], "an insert sets every column");
+    a.sync().await;
+    a.engine.update("notes", "n1", json(r#"{"title":"t","body":"new"}"#)).unwrap();
+    assert_eq!(queued(&a), ["notes#body"], "the unchanged title is not sent");
+    a.engine.upsert("notes", json(r#"{"id":"n1","title":"t","body":"new"}"#)).unwrap();
+    assert_eq!(queued(&a), ["notes#body"], "nor is an upsert that changes nothing");
+    a.engine.delete("notes", "n1").unwrap();
+    assert_eq!(queued(&a), ["notes#body", "notes#deleted"]);
+    a.engine.upsert("notes", json(r#"{"id":"n1","body":"again"}"#)).unwrap();
+    assert_eq!(queued(&a), ["notes#body", "notes#deleted", "notes#title", "notes#body"], "a revive sets every column");
+    a.sync().await;
+    let c = fresh(&secret, &relay, v1());
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+}
+
+#[tokio::test]
+async fn an_app_that_merges_a_table_whole_defers_its_column_events_and_a_switched_table_reads_its_old_events() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let whole = || {
+        let mut s = v1();
+        s.tables[1].merge = Merge::Row;
+        s
+    };
+    // The app's first version merged notes whole.
+    let path = db("switch");
+    let old = open(&secret, &relay, whole(), &path);
+    old.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b"}"#)).unwrap();
+    old.sync().await;
+    // A device of the next version (notes per column) reads the whole-row event, and edits.
+    let new = fresh(&secret, &relay, v1());
+    new.sync().await;
+    assert_eq!(cell(&new, "notes", "n1", "body"), Some(json(r#""b""#)));
+    new.clock.advance(1000);
+    new.engine.update("notes", "n1", json(r#"{"body":"per column"}"#)).unwrap();
+    new.sync().await;
+    // The old version cannot read the column event: it waits, durably.
+    let r = old.sync().await;
+    assert_eq!(r.relays[0].deferred, 1, "{r:?}");
+    let held = old.engine.deferred().unwrap();
+    assert_eq!(held[0].reason, "UNKNOWN_TABLE");
+    assert!(held[0].detail.contains(r#"table "notes#body""#), "{}", held[0].detail);
+    assert_eq!(cell(&old, "notes", "n1", "body"), Some(json(r#""b""#)));
+    drop(old);
+    // Its app updates: the held event applies.
+    let old = open(&secret, &relay, v1(), &path);
+    old.sync().await;
+    assert_eq!(cell(&old, "notes", "n1", "body"), Some(json(r#""per column""#)));
+    relay.compact().await;
+    let c = fresh(&secret, &relay, v1());
+    c.sync().await;
+    assert_eq!(state(&c), state(&new));
+    assert_eq!(state(&old), state(&new));
+}
+
+#[tokio::test]
+async fn a_purged_column_merge_row_leaves_no_stream_on_the_relay() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v2());
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b","tags":["x"]}"#)).unwrap();
+    a.engine.update("notes", "n1", json(r#"{"body":"c"}"#)).unwrap();
+    a.engine.delete("notes", "n1").unwrap();
+    a.sync().await;
+    assert!(relay.events_of(&a.engine.owner_id()) >= 4);
+    assert_eq!(a.engine.purge_deleted().unwrap(), 1);
+    a.sync().await;
+    assert_eq!(relay.events_of(&a.engine.owner_id()), 0);
+    assert!(a.engine.cell_clocks("notes", "n1").unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn a_wiped_relay_is_re_seeded_with_every_cell_of_a_column_merge_row() {
+    let mut relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v2());
+    let b = fresh(&secret, &relay, v1());
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b","tags":["x"]}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    b.clock.advance(1000);
+    b.engine.update("notes", "n1", json(r#"{"title":"by b"}"#)).unwrap();
+    b.sync().await;
+    a.sync().await;
+    relay.wipe_and_restart();
+    // B (which keeps tags for A's app) re-seeds the empty relay.
+    b.sync().await;
+    b.sync().await;
+    let c = fresh(&secret, &relay, v2());
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+    assert_eq!(c.engine.cell_clocks("notes", "n1").unwrap(), a.engine.cell_clocks("notes", "n1").unwrap());
+}
