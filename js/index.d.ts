@@ -19,18 +19,34 @@ export interface ColumnDef {
   /** A letter or `_`, then letters, digits or `_` (at most 64). `id`, `updatedAt`, `deleted` are reserved. */
   readonly name: string;
   readonly type: ColumnType;
+  /**
+   * What rows that never had the column read, and what a write that leaves it out stores
+   * (default `null`). A value of the column's type. Fixed when the column is added: a database
+   * refuses another default later (`SCHEMA_INVALID`).
+   */
+  readonly default?: JsonValue;
 }
 
 /** One declared table. */
 export interface TableDef {
   readonly name: string;
   readonly columns: readonly ColumnDef[];
+  /**
+   * How concurrent edits of one row merge. `'row'` (default): the write with the greatest HLC
+   * wins the whole row. `'column'`: each column (and the row's deletion) is its own
+   * last-writer-wins register, so concurrent edits of different columns both survive; each
+   * changed column is an event of its own.
+   */
+  readonly merge?: 'row' | 'column';
+  /** Indexes, each the columns it orders by (declared columns, `id`, `updatedAt`, `deleted`; 1 to 8). */
+  readonly indexes?: readonly (readonly string[])[];
 }
 
 /**
- * The app's schema. Later versions may add tables and columns; nothing is dropped or retyped.
- * Bump `schemaVersion` only when the meaning of existing data changes: older devices then
- * defer (keep, not apply) events they do not understand.
+ * The app's schema. Later versions may add tables, columns and indexes; nothing is dropped or
+ * retyped. A device on an older version keeps the values of columns it does not declare and
+ * sends them on with its own writes. Bump `schemaVersion` only when the meaning of existing
+ * data changes: older devices then defer (keep, not apply) events they do not understand.
  */
 export interface Schema {
   /** Defaults to 1. */

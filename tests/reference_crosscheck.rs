@@ -114,3 +114,88 @@ fn envelopes_sealed_in_rust_open_in_the_reference() {
     let opened: Vec<&str> = opened.lines().collect();
     assert_eq!(opened, expected);
 }
+
+/// A device's sealed events (its outbox, oldest first), as a relay would receive them.
+fn sealed_events(engine: &simplysync::engine::Engine) -> Vec<serde_json::Value> {
+    engine.seal_pending_outbox().unwrap();
+    engine
+        .query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
+        .unwrap()
+        .iter()
+        .map(|r| serde_json::from_str(r.get("envelope_json").unwrap().as_str().unwrap()).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_client_of_the_spec_applies_whole_row_events_as_ever_and_defers_every_column_merge_event() {
+    use simplysync::engine::io::ManualClock;
+    use simplysync::engine::schema::{ColumnDef, ColumnType, Merge, SchemaDef, TableDef};
+    use simplysync::engine::{Engine, EngineConfig, Env};
+    use std::rc::Rc;
+
+    let secret = create_mnemonic(&mut OsEntropy).unwrap();
+    let todos = TableDef::new(
+        "todos",
+        vec![ColumnDef::new("title", ColumnType::Text), ColumnDef::new("done", ColumnType::Boolean)],
+    );
+    let notes = TableDef {
+        merge: Merge::Column,
+        ..TableDef::new(
+            "notes",
+            vec![ColumnDef::new("title", ColumnType::Text), ColumnDef::new("body", ColumnType::Text)],
+        )
+    };
+    let env = Env {
+        transport: Rc::new(simplysync::native::HttpTransport::new().unwrap()),
+        clock: Rc::new(ManualClock::new(1_764_504_000_000)),
+        entropy: Box::new(OsEntropy),
+    };
+    let schema = SchemaDef { schema_version: 1, tables: vec![todos, notes] };
+    let e = Engine::open(simplysync::store::open_memory().unwrap(), EngineConfig::new(&secret, vec![], schema), env)
+        .unwrap();
+    let row = |t: &str| parse_json(t).unwrap();
+    e.insert("todos", row(r#"{"id":"t1","title":"milk","done":false}"#)).unwrap();
+    e.update("todos", "t1", row(r#"{"done":true}"#)).unwrap();
+    e.insert("todos", row(r#"{"id":"t2","title":"eggs"}"#)).unwrap();
+    e.delete("todos", "t2").unwrap();
+    e.insert("notes", row(r#"{"id":"n1","title":"a","body":"b"}"#)).unwrap();
+    e.update("notes", "n1", row(r#"{"body":"c"}"#)).unwrap();
+    e.delete("notes", "n1").unwrap();
+    let events = sealed_events(&e);
+    // Whole-row payloads are the spec's, key for key: what the reference opens is exactly the
+    // six fields, `row` the declared columns.
+    let file = temp_file("spec-open.json", &serde_json::json!({ "secret": secret, "envelopes": events }).to_string());
+    let opened = node(&["crosscheck.mjs", "open", file.to_str().unwrap()]);
+    std::fs::remove_file(file).ok();
+    for line in opened.lines().filter(|l| l.contains(r#""table":"todos""#)) {
+        let p: serde_json::Value = serde_json::from_str(line).unwrap();
+        let keys: Vec<&String> = p.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["deleted", "hlc", "row", "rowId", "schemaVersion", "table"], "{line}");
+        let columns: Vec<&String> = p["row"].as_object().unwrap().keys().collect();
+        assert_eq!(columns, ["done", "title"], "{line}");
+    }
+    // A spec client that knows todos (and notes as a whole-row table, as an older app would)
+    // applies the whole-row events as the engine holds them and defers every cell event.
+    let tables = serde_json::json!({ "todos": ["title", "done"], "notes": ["title", "body"] });
+    let file = temp_file(
+        "spec-apply.json",
+        &serde_json::json!({ "secret": secret, "tables": tables, "envelopes": events }).to_string(),
+    );
+    let out: serde_json::Value =
+        serde_json::from_str(&node(&["crosscheck.mjs", "apply", file.to_str().unwrap()])).unwrap();
+    std::fs::remove_file(file).ok();
+    let opts = simplysync::engine::ListOptions { include_deleted: true, ..Default::default() };
+    for r in e.list("todos", &opts).unwrap() {
+        let key = format!("todos/{}", r.get("id").unwrap().as_str().unwrap());
+        assert_eq!(out["rows"][&key], r.to_serde(), "{key}");
+    }
+    let deferred: Vec<(&str, &str)> = out["deferred"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| (d["table"].as_str().unwrap(), d["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(deferred, [("notes#body", "UNKNOWN_TABLE"), ("notes#deleted", "UNKNOWN_TABLE")]);
+    // The insert of the column-merge row is a whole-row event such a client reads.
+    assert_eq!(out["rows"]["notes/n1"]["title"], "a");
+}

@@ -3,6 +3,9 @@
 //   node crosscheck.mjs open FILE           -> FILE = {secret, envelopes}; prints one line per
 //                                              envelope: canonicalJson(decrypted payload)
 //   node crosscheck.mjs identities FILE     -> FILE = [secret...]; prints derived identities JSON
+//   node crosscheck.mjs apply FILE          -> FILE = {secret, tables: {name: [column...]}, envelopes};
+//                                              applies them as a client of the spec that knows only
+//                                              whole-row tables: prints {rows, deferred}
 import { readFileSync } from 'node:fs';
 import * as ref from './reference.mjs';
 
@@ -102,7 +105,29 @@ if (mode === 'corpus') {
       streamId: await ref.deriveStreamId(id, 'todos', s.slice(0, 7)) });
   }
   process.stdout.write(JSON.stringify(out) + '\n');
+} else if (mode === 'apply') {
+  // The spec's pull loop, with its classification, and nothing more: decrypt, read the schema
+  // version, table and HLC first, defer what it cannot apply, apply a row whole when its HLC is
+  // newer than the local row's. (An unknown column is deferred too: the spec gives no rule.)
+  const { secret, tables, envelopes } = JSON.parse(readFileSync(a, 'utf8'));
+  const id = await ref.deriveIdentity(secret);
+  const rows = {};
+  const deferred = [];
+  for (const e of envelopes) {
+    const p = await ref.decryptEnvelope(id, e);
+    const known = tables[p.table];
+    if (p.schemaVersion > 1) deferred.push({ eventId: e.eventId, reason: 'FUTURE_SCHEMA', table: p.table });
+    else if (!known) deferred.push({ eventId: e.eventId, reason: 'UNKNOWN_TABLE', table: p.table });
+    else if (Object.keys(p.row).some((c) => !known.includes(c))) deferred.push({ eventId: e.eventId, reason: 'UNKNOWN_COLUMN', table: p.table });
+    else {
+      const key = `${p.table}/${p.rowId}`;
+      if (!rows[key] || rows[key].updatedAt < p.hlc) {
+        rows[key] = { ...Object.fromEntries(known.map((c) => [c, null])), ...p.row, id: p.rowId, updatedAt: p.hlc, deleted: p.deleted };
+      }
+    }
+  }
+  process.stdout.write(ref.canonicalJson({ rows, deferred }) + '\n');
 } else {
-  console.error('usage: node crosscheck.mjs corpus SEED COUNT | open FILE | identities FILE');
+  console.error('usage: node crosscheck.mjs corpus SEED COUNT | open FILE | identities FILE | apply FILE');
   process.exit(2);
 }

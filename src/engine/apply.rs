@@ -378,7 +378,6 @@ impl Engine {
                 // sorts later local writes after this event.
                 let _ = self.observe_hlc(&payload.hlc);
                 let base = columns::split(&payload.table).0;
-                let table = self.schema.table(base).expect("classified");
                 // A purged row stays purged: an older version still on a relay (or held here)
                 // does not bring it back. A newer one — another device wrote the row again —
                 // does, and its streams must then not be compacted away on any relay.
@@ -392,12 +391,13 @@ impl Engine {
                             }
                             return Ok(Outcome::Stale);
                         }
-                        purged::revived(tx, base, &payload.row_id, &self.row_streams(tx, table, &payload.row_id)?)?;
+                        purged::revived(tx, base, &payload.row_id)?;
                     }
                 }
                 let (row, kept) = match classified {
                     Classified::Row(row, kept) => (row, kept),
                     Classified::Cells(facts) => {
+                        let table = self.schema.table(base).expect("classified");
                         // The rows staged before it are written first: pages apply in order.
                         self.write_staged(run)?;
                         let outcome = match self.apply_facts(tx, table, &facts)? {
@@ -428,6 +428,7 @@ impl Engine {
                     run.staged.push((payload.table, row, kept));
                     return Ok(Outcome::Staged);
                 }
+                let table = self.schema.table(base).expect("classified");
                 let written = run.rows.write(table, &row, rows::WriteMode::IfNewer)?;
                 if written {
                     self.whole_row_written(tx, table, &row.id, &kept)?;

@@ -21,7 +21,7 @@
 use rusqlite::types::Value;
 use rusqlite::Connection;
 
-use super::mutate::{apply_columns, payload_text, row_id, validate_id, Cell, LocalWriter, Op};
+use super::mutate::{apply_columns, payload_json, payload_text, row_id, validate_id, Cell, LocalWriter, Op};
 use super::schema::{valid_identifier, Merge, Table, SYSTEM_COLUMNS};
 use super::{Engine, EngineError};
 use crate::protocol::json::Json;
@@ -53,70 +53,104 @@ pub(crate) fn is_column_cell(cell: &str) -> bool {
     valid_identifier(cell) && !SYSTEM_COLUMNS.contains(&cell)
 }
 
-/// A row's cell clocks: `(cell, HLC)` by cell name, [`DELETED`] among them; a cell not listed
-/// was never set (its clock is the empty text, below every HLC).
+/// A row's cell clocks. `base` is the HLC of the newest whole-row event the row took: every
+/// cell — declared, kept, or one this app has never heard of — is at least that old, its value
+/// the event's (or the default the event gave a column it lacked), so a fact of a column met
+/// only later cannot undo what that event wrote. `cells` holds the cells written since by
+/// events of their own, [`DELETED`] among them, each newer than `base`. A clock of `""` is
+/// below every HLC: never set.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub(crate) struct Clocks(Vec<(String, String)>);
+pub(crate) struct Clocks {
+    base: String,
+    cells: Vec<(String, String)>,
+}
+
+/// The key of `base` in a stored entry (not an identifier, so no cell's).
+const BASE: &str = "*";
 
 impl Clocks {
-    /// Parses a stored entry (a JSON object of HLC strings).
+    /// Parses a stored entry (a JSON object of HLC strings; [`BASE`] is the base).
     fn parse(text: &str) -> Result<Clocks, EngineError> {
         let corrupt = || StoreError::Corrupt(format!("cell clocks {text:?} are not a JSON object of strings"));
         let Ok(Json::Object(map)) = parse_json(text) else { return Err(corrupt().into()) };
-        let mut cells = Vec::with_capacity(map.len());
+        let mut c = Clocks::default();
         for (k, v) in map {
             match (k.into_string(), v.as_str()) {
-                (Ok(k), Some(v)) => cells.push((k, v.to_owned())),
+                (Ok(k), Some(v)) if k == BASE => v.clone_into(&mut c.base),
+                (Ok(k), Some(v)) => c.cells.push((k, v.to_owned())),
                 _ => return Err(corrupt().into()),
             }
         }
-        Ok(Clocks(cells))
-    }
-
-    /// A row's clocks: its entry, or — without one — every cell at its `updatedAt`.
-    pub(crate) fn of_row(
-        tx: &Connection,
-        table: &Table,
-        row: &RowData,
-        kept: &[(String, String)],
-    ) -> Result<Clocks, EngineError> {
-        if let Some(text) = clocks::get(tx, &table.name, &row.id)? {
-            return Clocks::parse(&text);
-        }
-        let mut c = Clocks::default();
-        for name in table.columns.iter().map(|c| c.name.as_str()).chain(kept.iter().map(|(n, _)| n.as_str())) {
-            c.set(name, &row.updated_at);
-        }
-        c.set(DELETED, &row.updated_at);
         Ok(c)
     }
 
-    /// `(cell, HLC)` by cell name.
-    pub(crate) fn into_cells(self) -> Vec<(String, String)> {
-        self.0
+    /// A row's clocks: its entry, or — without one — every cell at its `updatedAt` (the state
+    /// a whole-row event leaves).
+    pub(crate) fn of_row(tx: &Connection, table: &Table, row: &RowData) -> Result<Clocks, EngineError> {
+        match clocks::get(tx, &table.name, &row.id)? {
+            Some(text) => Clocks::parse(&text),
+            None => Ok(Clocks { base: row.updated_at.clone(), cells: Vec::new() }),
+        }
     }
 
-    /// The HLC of `cell` (empty: never set).
+    /// The HLC of `cell`: its own, or the base if that is newer.
     pub(crate) fn get(&self, cell: &str) -> &str {
-        self.0.iter().find(|(c, _)| c == cell).map_or("", |(_, h)| h.as_str())
+        let own = self.cells.iter().find(|(c, _)| c == cell).map_or("", |(_, h)| h.as_str());
+        own.max(self.base.as_str())
     }
 
     fn set(&mut self, cell: &str, hlc: &str) {
-        match self.0.binary_search_by(|(c, _)| c.as_str().cmp(cell)) {
-            Ok(at) => hlc.clone_into(&mut self.0[at].1),
-            Err(at) => self.0.insert(at, (cell.to_owned(), hlc.to_owned())),
+        match self.cells.binary_search_by(|(c, _)| c.as_str().cmp(cell)) {
+            Ok(at) => hlc.clone_into(&mut self.cells[at].1),
+            Err(at) => self.cells.insert(at, (cell.to_owned(), hlc.to_owned())),
         }
+    }
+
+    /// Raises the base to `hlc` if that is newer (whether it was); cells no newer than it go.
+    fn raise_base(&mut self, hlc: &str) -> bool {
+        if hlc <= self.base.as_str() {
+            return false;
+        }
+        hlc.clone_into(&mut self.base);
+        self.cells.retain(|(_, h)| h.as_str() > hlc);
+        true
     }
 
     /// The greatest HLC (the row's `updatedAt`).
     fn max(&self) -> &str {
-        self.0.iter().map(|(_, h)| h.as_str()).max().unwrap_or("")
+        self.cells.iter().map(|(_, h)| h.as_str()).fold(self.base.as_str(), |a, b| a.max(b))
     }
 
-    /// The stored entry: canonical JSON (cells are identifiers, so byte order is UTF-16 order).
+    /// `(cell, HLC)` of the cells written since the base, by cell name.
+    fn own(&self) -> &[(String, String)] {
+        &self.cells
+    }
+
+    /// `(cell, HLC)` of every declared column of `table`, every kept value and its other
+    /// cells with clocks of their own, and [`DELETED`]: the HLCs as read.
+    pub(crate) fn effective(&self, table: &Table, kept: &[(String, String)]) -> Vec<(String, String)> {
+        let mut names: Vec<&str> = table.columns.iter().map(|c| c.name.as_str()).collect();
+        names.extend(kept.iter().map(|(n, _)| n.as_str()));
+        names.extend(self.cells.iter().map(|(n, _)| n.as_str()));
+        names.push(DELETED);
+        let mut out: Vec<(String, String)> = Vec::new();
+        for name in names {
+            if !out.iter().any(|(n, _)| n == name) {
+                out.push((name.to_owned(), self.get(name).to_owned()));
+            }
+        }
+        crate::protocol::sort::stable_sort_by(&mut out, |a, b| a.0 < b.0);
+        out
+    }
+
+    /// The stored entry: canonical JSON (cells are identifiers and [`BASE`] is `*`, so byte
+    /// order is UTF-16 order).
     fn text(&self) -> String {
         let mut out = String::from("{");
-        for (i, (cell, hlc)) in self.0.iter().enumerate() {
+        let base = (!self.base.is_empty()).then(|| (BASE, self.base.as_str()));
+        for (i, (cell, hlc)) in
+            base.into_iter().chain(self.cells.iter().map(|(c, h)| (c.as_str(), h.as_str()))).enumerate()
+        {
             if i > 0 {
                 out.push(',');
             }
@@ -172,7 +206,7 @@ impl<'t> Cells<'t> {
         let kept = if kept_any { kept::of_row(tx, &table.name, row_id)? } else { Vec::new() };
         let (row, clocks) = match rows::read_row(tx, table, row_id)? {
             Some(row) => {
-                let clocks = Clocks::of_row(tx, table, &row, &kept)?;
+                let clocks = Clocks::of_row(tx, table, &row)?;
                 (row, clocks)
             }
             None => (
@@ -269,6 +303,11 @@ impl Engine {
             changed |= cells.set_kept(name, Some(value), &f.hlc);
         }
         changed |= cells.set_deleted(f.deleted, &f.hlc);
+        // A whole-row event also sets the columns this app has not heard of (to their
+        // defaults): no older fact of theirs, met later, may apply.
+        if f.whole {
+            changed |= cells.clocks.raise_base(&f.hlc);
+        }
         if !changed {
             return Ok(Applied::Stale);
         }
@@ -283,11 +322,13 @@ impl Engine {
         Ok(Applied::Changed)
     }
 
-    /// A local write of a column-merge table: the cells `op` changes, each an event of its own
-    /// with an HLC of its own, its intent queued through `w`. An insert, and an upsert of a row
-    /// that is not live, set every declared column (the row's columns as written); an update,
-    /// and an upsert of a live row, set the columns whose values change; a delete sets the
-    /// deletion. A write that changes nothing writes nothing and answers the row as it is.
+    /// A local write of a column-merge table, its intents queued through `w`. An insert, and an
+    /// upsert of a row that is not live, write the whole row: one whole-row event (`<table>`)
+    /// sets every declared column and the row's kept values at its HLC — as a whole-row table's
+    /// insert does, so a row revived after a purge is the same row everywhere. An update, and
+    /// an upsert of a live row, set the columns whose values change, each in an event of its own
+    /// with an HLC of its own; a delete sets the deletion. A write that changes nothing writes
+    /// nothing and answers the row as it is.
     pub(crate) fn write_column_op(
         &self,
         tx: &Connection,
@@ -327,28 +368,41 @@ impl Engine {
             Op::Delete { .. } => {}
         }
         let mut intents: Vec<(String, String)> = Vec::new();
-        if delete {
+        if all {
+            // A new (or revived) row is written whole: one whole-row event, every declared
+            // column and every kept value at its HLC, and what it lacks at its default.
+            let hlc = self.clock.borrow_mut().now_text(wall_ms);
+            for (i, value) in values.into_iter().enumerate() {
+                cells.set_known(i, value, &hlc);
+            }
+            cells.set_deleted(false, &hlc);
+            // (Its kept values are at its HLC too: the base is.)
+            cells.clocks.raise_base(&hlc);
+            let payload = payload_json(
+                self.schema.version,
+                table,
+                &RowData { updated_at: hlc.clone(), ..cells.row.clone() },
+                &cells.kept,
+            );
+            self.check_payload_size(&table.name, &id, &hlc, payload.len())?;
+            intents.push((hlc, table.name.clone()));
+        } else if delete {
             let hlc = self.clock.borrow_mut().now_text(wall_ms);
             cells.set_deleted(true, &hlc);
             intents.push((hlc, cell_table(&table.name, DELETED)));
-        }
-        for (i, value) in values.into_iter().enumerate() {
-            if !all && value == cells.row.values[i] {
-                continue;
+        } else {
+            for (i, value) in values.into_iter().enumerate() {
+                if value == cells.row.values[i] {
+                    continue;
+                }
+                let hlc = self.clock.borrow_mut().now_text(wall_ms);
+                let name = &table.columns[i].name;
+                let mut row = vec![(name.as_str(), Cell::Stored(table.columns[i].column_type, &value))];
+                self.check_cell_size(table, &id, &hlc, name, &mut row)?;
+                cells.set_known(i, value, &hlc);
+                cells.set_deleted(false, &hlc);
+                intents.push((hlc, cell_table(&table.name, name)));
             }
-            let hlc = self.clock.borrow_mut().now_text(wall_ms);
-            let name = &table.columns[i].name;
-            let mut row = vec![(name.as_str(), Cell::Stored(table.columns[i].column_type, &value))];
-            self.check_cell_size(table, &id, &hlc, name, &mut row)?;
-            cells.set_known(i, value, &hlc);
-            cells.set_deleted(false, &hlc);
-            intents.push((hlc, cell_table(&table.name, name)));
-        }
-        // A table of no columns: an insert still says the row is live.
-        if all && table.columns.is_empty() {
-            let hlc = self.clock.borrow_mut().now_text(wall_ms);
-            cells.set_deleted(false, &hlc);
-            intents.push((hlc, cell_table(&table.name, DELETED)));
         }
         if intents.is_empty() {
             return Ok(cells.row);
@@ -387,7 +441,7 @@ impl Engine {
     ) -> Result<Option<String>, EngineError> {
         let Some(row) = rows::read_row(tx, table, row_id)? else { return Ok(None) };
         let kept = if self.kept_any.get() { kept::of_row(tx, &table.name, row_id)? } else { Vec::new() };
-        let clocks = Clocks::of_row(tx, table, &row, &kept)?;
+        let clocks = Clocks::of_row(tx, table, &row)?;
         let deleted_here = clocks.get(DELETED) == event_id;
         let mut cells: Vec<(&str, Cell<'_>)> = Vec::new();
         for (i, c) in table.columns.iter().enumerate() {
@@ -410,51 +464,43 @@ impl Engine {
                 }
                 false
             }
-            None if cells.is_empty() && !deleted_here => return Ok(None),
+            // A whole-row event still the row's base is sealed even when every cell it wrote
+            // was written again since: it also gave the columns its writer did not know their
+            // defaults, which facts of theirs older than it must not undo.
+            None if cells.is_empty() && !deleted_here && clocks.base != event_id => return Ok(None),
             None => deleted_here && row.deleted,
         };
         Ok(Some(payload_text(self.schema.version, event_table, row_id, event_id, deleted, &mut cells)))
     }
 
     /// The events that re-seed a row of a column-merge table — `(event id, event table)` — so
-    /// that a relay given them alone rebuilds its cells: one per HLC its cells hold (its
-    /// facts keep the HLCs of the writes that set them). A cell alone at its HLC goes as the
-    /// cell event that set it; cells sharing an HLC came from a whole-row event, which goes
-    /// again (with the cells still at that HLC; the others, absent, take their defaults at it,
-    /// which their newer values outweigh); a deletion at an HLC of no cell goes as a deletion
-    /// event. A row with no clocks entry goes as the whole-row event of its `updatedAt`.
+    /// that a relay given them alone rebuilds its cells: its facts keep the HLCs of the writes
+    /// that set them. The newest whole-row event it took (its base) goes again, with the cells
+    /// still at that HLC (the others, absent, take their defaults at it, which their newer
+    /// values outweigh); each cell written since goes as the cell event that set it (one
+    /// cell an HLC); a deletion written since at an HLC of no cell goes as a deletion event.
+    /// A row with no clocks entry goes as the whole-row event of its `updatedAt`.
     pub(crate) fn reseed_events(
         &self,
         tx: &Connection,
         table: &Table,
         row: &RowData,
     ) -> Result<Vec<(String, String)>, EngineError> {
-        if table.merge == Merge::Row || clocks::get(tx, &table.name, &row.id)?.is_none() {
+        let Some(text) = clocks::get(tx, &table.name, &row.id)?.filter(|_| table.merge == Merge::Column) else {
             return Ok(vec![(row.updated_at.clone(), table.name.clone())]);
+        };
+        let clocks = Clocks::parse(&text)?;
+        let mut events = Vec::new();
+        if !clocks.base.is_empty() {
+            events.push((clocks.base.clone(), table.name.clone()));
         }
-        let kept = if self.kept_any.get() { kept::of_row(tx, &table.name, &row.id)? } else { Vec::new() };
-        let clocks = Clocks::of_row(tx, table, row, &kept)?;
-        let mut by_hlc: Vec<(&str, Vec<&str>)> = Vec::new();
-        for (cell, hlc) in &clocks.0 {
-            if cell == DELETED || hlc.is_empty() {
-                continue;
-            }
-            match by_hlc.iter_mut().find(|(h, _)| h == hlc) {
-                Some((_, cells)) => cells.push(cell),
-                None => by_hlc.push((hlc, vec![cell])),
+        for (cell, hlc) in clocks.own() {
+            if cell != DELETED {
+                events.push((hlc.clone(), cell_table(&table.name, cell)));
             }
         }
         let deletion = clocks.get(DELETED);
-        let mut events = Vec::new();
-        for (hlc, cells) in &by_hlc {
-            let deleted_here = *hlc == deletion && row.deleted;
-            let table_field = match cells.as_slice() {
-                [cell] if !deleted_here => cell_table(&table.name, cell),
-                _ => table.name.clone(),
-            };
-            events.push(((*hlc).to_owned(), table_field));
-        }
-        if !deletion.is_empty() && !by_hlc.iter().any(|(h, _)| *h == deletion) {
+        if !deletion.is_empty() && !events.iter().any(|(h, _)| h == deletion) {
             events.push((deletion.to_owned(), cell_table(&table.name, DELETED)));
         }
         Ok(events)
@@ -469,7 +515,7 @@ impl Engine {
             let mut cells: Vec<String> = table.columns.iter().map(|c| c.name.clone()).collect();
             cells.push(DELETED.to_owned());
             if let Some(text) = clocks::get(tx, &table.name, row_id)? {
-                cells.extend(Clocks::parse(&text)?.0.into_iter().map(|(c, _)| c));
+                cells.extend(Clocks::parse(&text)?.cells.into_iter().map(|(c, _)| c));
             }
             for (name, _) in kept::of_row(tx, &table.name, row_id)? {
                 cells.push(name);
@@ -509,6 +555,11 @@ mod tests {
         assert_eq!(c.text(), r#"{"body":"003","deleted":"001","title":"004"}"#);
         assert_eq!(Clocks::parse(&c.text()).unwrap(), c);
         assert_eq!((c.get("title"), c.get("nothing"), c.max()), ("004", "", "004"));
+        // A whole-row event's HLC is every cell's floor; the cells it covers go.
+        assert!(c.raise_base("0035") && !c.raise_base("0035") && !c.raise_base("001"));
+        assert_eq!(c.text(), r#"{"*":"0035","title":"004"}"#);
+        assert_eq!((c.get("title"), c.get("body"), c.get("never heard of"), c.max()), ("004", "0035", "0035", "004"));
+        assert_eq!(Clocks::parse(&c.text()).unwrap(), c);
         for bad in ["[]", r#"{"a":1}"#, "{", ""] {
             assert_eq!(Clocks::parse(bad).unwrap_err().code(), "STORAGE", "{bad}");
         }

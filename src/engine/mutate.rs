@@ -663,3 +663,71 @@ impl Engine {
         Ok(system::meta_get(&self.db.borrow(), key)?)
     }
 }
+
+#[cfg(test)]
+mod payload_bytes {
+    use super::*;
+    use crate::store::schema::{ColumnDef, Schema, SchemaDef, TableDef};
+
+    /// The payload as the spec builds it: a JSON tree of the row, canonicalized.
+    fn spec_payload(table: &Table, row: &RowData, kept: &[(String, String)]) -> String {
+        let mut cols: Vec<(String, Json)> = table
+            .columns
+            .iter()
+            .zip(&row.values)
+            .map(|(c, v)| (c.name.clone(), from_sql(c.column_type, v.into())))
+            .collect();
+        cols.extend(kept.iter().map(|(k, v)| (k.clone(), crate::protocol::parse_json(v).unwrap())));
+        let payload = Json::object([
+            ("schemaVersion", Json::from(7u32)),
+            ("table", Json::from(table.name.as_str())),
+            ("rowId", Json::from(row.id.as_str())),
+            ("hlc", Json::from(row.updated_at.as_str())),
+            ("deleted", Json::Bool(row.deleted)),
+            ("row", Json::object(cols.iter().map(|(k, v)| (k.as_str(), v.clone())))),
+        ]);
+        to_canonical_json(&payload)
+    }
+
+    #[test]
+    fn a_whole_row_payload_is_written_byte_for_byte_as_the_canonical_json_of_the_spec_payload() {
+        let columns = vec![
+            ColumnDef::new("zeta", ColumnType::Text),
+            ColumnDef::new("Alpha", ColumnType::Integer),
+            ColumnDef::new("_under", ColumnType::Real),
+            ColumnDef::new("b", ColumnType::Boolean),
+            ColumnDef::new("j", ColumnType::Json),
+            ColumnDef::new("blobRef", ColumnType::Blob),
+            ColumnDef::new("a10", ColumnType::Text),
+            ColumnDef::new("a2", ColumnType::Text),
+        ];
+        let schema = Schema::new(SchemaDef { schema_version: 7, tables: vec![TableDef::new("t", columns)] }).unwrap();
+        let table = schema.table("t").unwrap();
+        let texts = ["", "é\u{2028}\"\\\n\u{1}", "\u{10000}x", "plain"];
+        let jsons = [r#"{"b":[1,{"z":null,"a":1.5e-7}],"a":"\u0000"}"#, "[]", "-0", "1e21"];
+        for i in 0..64usize {
+            let values = vec![
+                if i % 5 == 0 { Value::Null } else { Value::Text(texts[i % 4].into()) },
+                if i % 3 == 0 { Value::Null } else { Value::Integer((i as i64 - 30) * 1_000_000_007) },
+                Value::Real(i as f64 / 7.0 - 3.0),
+                Value::Integer((i % 2) as i64),
+                Value::Text(to_canonical_json(&crate::protocol::parse_json(jsons[i % 4]).unwrap())),
+                Value::Text("EBESExQVFhcYGRobHB0eHw".into()),
+                Value::Text(texts[(i + 1) % 4].into()),
+                Value::Null,
+            ];
+            let row = RowData {
+                id: format!("row \"{i}\" {}", texts[i % 4]),
+                updated_at: format!("{:015}-000000-dev", 1_764_504_000_000u64 + i as u64),
+                deleted: i % 7 == 0,
+                values,
+            };
+            let kept: Vec<(String, String)> = match i % 3 {
+                0 => vec![],
+                1 => vec![("aaa".into(), "1".into())],
+                _ => vec![("kept".into(), r#"{"x":[true]}"#.into()), ("zz".into(), r#""s""#.into())],
+            };
+            assert_eq!(payload_json(7, table, &row, &kept), spec_payload(table, &row, &kept), "row {i}");
+        }
+    }
+}

@@ -56,7 +56,7 @@ impl Engine {
                     )?;
                     tx.execute("DELETE FROM _sync_blob_chunks WHERE blob_id = ?1", [id])?;
                 }
-                purged::record(tx, table, id, &streams[0], &version, now)?;
+                purged::record(tx, table, id, &streams, &version, now)?;
                 for relay in &relays {
                     for stream in &streams {
                         tx.prepare_cached(

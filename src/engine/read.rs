@@ -41,7 +41,7 @@ impl Engine {
         let db = self.db.borrow();
         let Some(row) = rows::read_row(&db, t, id)? else { return Ok(Vec::new()) };
         let kept = crate::store::kept::of_row(&db, table, id)?;
-        Ok(super::columns::Clocks::of_row(&db, t, &row, &kept)?.into_cells())
+        Ok(super::columns::Clocks::of_row(&db, t, &row)?.effective(t, &kept))
     }
 
     /// A live row, or `None` (also for a soft-deleted one).

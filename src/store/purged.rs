@@ -11,12 +11,14 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::StoreError;
 
-/// Remembers that `(table, row_id)` was purged at version `hlc`.
+/// Remembers that `(table, row_id)` was purged at version `hlc`, and the streams whose
+/// compaction it queued (`stream_id` holds them separated by spaces: one for a whole-row row,
+/// one per cell more for a column-merge row).
 pub fn record(
     conn: &Connection,
     table: &str,
     row_id: &str,
-    stream_id: &str,
+    streams: &[String],
     hlc: &str,
     now: u64,
 ) -> Result<(), StoreError> {
@@ -24,7 +26,7 @@ pub fn record(
         "INSERT INTO _sync_purged (table_name, row_id, stream_id, hlc, at) VALUES (?1, ?2, ?3, ?4, ?5)
          ON CONFLICT (table_name, row_id) DO UPDATE SET hlc = max(hlc, ?4), stream_id = ?3, at = ?5",
     )?
-    .execute(params![table, row_id, stream_id, hlc, now as i64])?;
+    .execute(params![table, row_id, streams.join(" "), hlc, now as i64])?;
     Ok(())
 }
 
@@ -37,15 +39,13 @@ pub fn purged_at(conn: &Connection, table: &str, row_id: &str) -> Result<Option<
 }
 
 /// A purged row was written again (a newer version arrived): forgets its record and cancels the
-/// compactions still queued for its stream and for `streams` (the row's others: a column-merge
-/// row has one per cell), which would drop that newer version on the relays.
-pub fn revived(conn: &Connection, table: &str, row_id: &str, streams: &[String]) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "DELETE FROM _sync_purge WHERE stream_id IN
-           (SELECT stream_id FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2)",
-    )?
-    .execute(params![table, row_id])?;
-    for stream in streams {
+/// compactions still queued for its streams, which would drop that newer version on the relays.
+pub fn revived(conn: &Connection, table: &str, row_id: &str) -> Result<(), StoreError> {
+    let streams: Option<String> = conn
+        .prepare_cached("SELECT stream_id FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2")?
+        .query_row(params![table, row_id], |r| r.get(0))
+        .optional()?;
+    for stream in streams.iter().flat_map(|s| s.split(' ')) {
         conn.prepare_cached("DELETE FROM _sync_purge WHERE stream_id = ?1")?.execute([stream])?;
     }
     conn.prepare_cached("DELETE FROM _sync_purged WHERE table_name = ?1 AND row_id = ?2")?
@@ -58,7 +58,8 @@ pub fn revived(conn: &Connection, table: &str, row_id: &str, streams: &[String])
 pub fn release_acknowledged(conn: &Connection, now: u64) -> Result<u64, StoreError> {
     conn.execute(
         "DELETE FROM _sync_purged WHERE at < ?1
-           AND NOT EXISTS (SELECT 1 FROM _sync_purge p WHERE p.stream_id = _sync_purged.stream_id)",
+           AND NOT EXISTS (SELECT 1 FROM _sync_purge p
+                           WHERE instr(' ' || _sync_purged.stream_id || ' ', ' ' || p.stream_id || ' ') > 0)",
         [now.saturating_sub(RETENTION_MS) as i64],
     )?;
     Ok(conn.query_row("SELECT count(*) FROM _sync_purged", [], |r| r.get::<_, i64>(0))? as u64)

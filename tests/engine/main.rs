@@ -11,6 +11,7 @@ mod cli_sync;
 mod convergence;
 mod edges;
 mod failures;
+mod history;
 mod hostile;
 mod listeners;
 mod live;

@@ -8,6 +8,12 @@ const schema = defineSchema({
   tables: [
     { name: 'todos', columns: [{ name: 'title', type: 'text' }, { name: 'done', type: 'boolean' }, { name: 'position', type: 'integer' }] },
     { name: 'tags', columns: [{ name: 'label', type: 'text' }, { name: 'meta', type: 'json' }, { name: 'icon', type: 'blob' }] },
+    {
+      name: 'notes',
+      merge: 'column',
+      indexes: [['rank', 'updatedAt']],
+      columns: [{ name: 'body', type: 'text' }, { name: 'rank', type: 'integer', default: 0 }],
+    },
   ],
 });
 
@@ -24,6 +30,7 @@ export async function typed(secret: string): Promise<void> {
   const position: number | null = todo.position;
   const when: string = todo.updatedAt;
   await engine.insert('todos', { id: 'b' }); // every declared column may be left out (null)
+  const rank: number | null = (await engine.insert('notes', { id: 'n', body: 'x' })).rank;
   await engine.update('todos', 'a', { done: true });
   await engine.upsert('tags', { id: 't', label: 'home', meta: { color: [1, 2] }, icon: null });
   const tags = await engine.list('tags', { where: { label: 'home' }, orderBy: 'label desc', limit: 5 });
@@ -78,7 +85,11 @@ export async function typed(secret: string): Promise<void> {
   await engine.insert(either, { id: 'x', label: 'home' });
   // @ts-expect-error: a column type the engine does not know
   defineSchema({ tables: [{ name: 't', columns: [{ name: 'c', type: 'varchar' }] }] });
-  console.log(wrong);
+  // @ts-expect-error: a merge mode the engine does not know
+  defineSchema({ tables: [{ name: 't', merge: 'field', columns: [] }] });
+  // @ts-expect-error: an index is a list of column names
+  defineSchema({ tables: [{ name: 't', indexes: ['c'], columns: [{ name: 'c', type: 'text' }] }] });
+  console.log(wrong, rank);
 }
 
 // The same object literal written inline is typed too, without defineSchema.
