@@ -68,7 +68,10 @@ stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
 # suites), and time out on a listener that accepts connections and never answers.
 TARGET="${CARGO_TARGET_DIR:-$ROOT/target}"
 relay_dir="$(mktemp -d)"
-DB_PATH="$relay_dir/relay.sqlite" PORT=0 COMPACTION_INTERVAL_MS=0 RUST_LOG=warn \
+# Its admin token lets the browser tests run its log compaction (POST /ops/compact).
+SIMPLYSYNC_TEST_ADMIN_TOKEN="test-admin-$(head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n')"
+export SIMPLYSYNC_TEST_ADMIN_TOKEN
+DB_PATH="$relay_dir/relay.sqlite" PORT=0 COMPACTION_INTERVAL_MS=0 RUST_LOG=warn ADMIN_TOKEN="$SIMPLYSYNC_TEST_ADMIN_TOKEN" \
   "$TARGET/debug/simplysync-relay" >"$relay_dir/out.log" 2>"$relay_dir/err.log" &
 relay_pid=$!
 python3 -c '

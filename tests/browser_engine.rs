@@ -533,3 +533,81 @@ async fn queries_in_the_browser_have_the_json_date_and_window_functions_the_read
     let message = get(&err, "message").as_string().unwrap();
     assert!(message.contains("sqrt"), "{message}");
 }
+
+/// The admin token of the test relay, which `scripts/test.sh` starts with one so that tests can
+/// run its log compaction.
+const ADMIN_TOKEN: Option<&str> = option_env!("SIMPLYSYNC_TEST_ADMIN_TOKEN");
+
+/// Runs the relay's log compaction (`POST /ops/compact`): each stream keeps its newest event.
+async fn compact_relay() {
+    let token =
+        ADMIN_TOKEN.expect("SIMPLYSYNC_TEST_ADMIN_TOKEN: the test relay's admin token (scripts/test.sh sets it)");
+    let init = web_sys::RequestInit::new();
+    init.set_method("POST");
+    let headers = web_sys::Headers::new().unwrap();
+    headers.set("authorization", &format!("Bearer {token}")).unwrap();
+    init.set_headers(&headers);
+    let global: web_sys::WorkerGlobalScope = js_sys::global().unchecked_into();
+    let resp: web_sys::Response =
+        JsFuture::from(global.fetch_with_str_and_init(&format!("{RELAY}/ops/compact"), &init))
+            .await
+            .unwrap()
+            .unchecked_into();
+    assert_eq!(resp.status(), 200, "the test relay's compaction");
+}
+
+/// An app's schema: todos (whole rows) and notes (merged per column); `v2` adds
+/// `todos.priority` with a default.
+fn versioned(db: &str, v2: bool) -> JsValue {
+    let priority = if v2 { r#", {"name": "priority", "type": "integer", "default": 0}"# } else { "" };
+    js(&format!(
+        r#"{{"relays": ["{RELAY}"], "dbName": "{db}", "autoSync": false,
+            "schema": {{"schemaVersion": 1, "tables": [
+                {{"name": "todos", "columns": [{{"name": "title", "type": "text"}}{priority}]}},
+                {{"name": "notes", "merge": "column", "columns": [
+                    {{"name": "title", "type": "text"}}, {{"name": "body", "type": "text"}}]}}]}}}}"#
+    ))
+}
+
+#[wasm_bindgen_test]
+async fn no_edit_is_lost_across_app_versions_nor_between_columns_through_a_compacting_relay() {
+    let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
+    let (db_a, db_b) = (unique("versions-a"), unique("versions-b"));
+    // Row t1 on both devices of the first app version.
+    let a = open(secret.clone(), versioned(&db_a, false)).await.unwrap();
+    a.insert("todos".into(), js(r#"{"id": "t1", "title": "milk"}"#)).unwrap();
+    a.insert("notes".into(), js(r#"{"id": "n1", "title": "draft", "body": "text"}"#)).unwrap();
+    a.sync().await.unwrap();
+    let b = open(secret.clone(), versioned(&db_b, false)).await.unwrap();
+    b.sync().await.unwrap();
+    // A's app updates and sets t1.priority; B, still on the old app, edits t1.title.
+    a.close();
+    let a = open(secret.clone(), versioned(&db_a, true)).await.unwrap();
+    assert_eq!(get(&a.get("todos".into(), "t1".into()).unwrap(), "priority"), 0, "the default of a row from before");
+    a.update("todos".into(), "t1".into(), js(r#"{"priority": 1}"#)).unwrap();
+    // Meanwhile each edits another column of the note.
+    a.update("notes".into(), "n1".into(), js(r#"{"title": "by a"}"#)).unwrap();
+    a.sync().await.unwrap();
+    sleep(5).await;
+    b.sync().await.unwrap();
+    b.update("notes".into(), "n1".into(), js(r#"{"body": "by b"}"#)).unwrap();
+    b.update("todos".into(), "t1".into(), js(r#"{"title": "oat milk"}"#)).unwrap();
+    b.sync().await.unwrap();
+    a.sync().await.unwrap();
+    let t1 = a.get("todos".into(), "t1".into()).unwrap();
+    assert_eq!((get(&t1, "title"), get(&t1, "priority")), (JsValue::from("oat milk"), JsValue::from(1)));
+    let n1 = a.get("notes".into(), "n1".into()).unwrap();
+    assert_eq!((get(&n1, "title"), get(&n1, "body")), (JsValue::from("by a"), JsValue::from("by b")));
+    // The relay keeps each stream's newest event; a fresh device restores the same rows.
+    compact_relay().await;
+    let c = open(secret.clone(), versioned(&unique("versions-c"), true)).await.unwrap();
+    c.sync().await.unwrap();
+    for table in ["todos", "notes"] {
+        let (ours, fresh) = (a.list(table.into(), js("{}")).unwrap(), c.list(table.into(), js("{}")).unwrap());
+        assert_eq!(js_sys::JSON::stringify(&fresh).unwrap(), js_sys::JSON::stringify(&ours).unwrap(), "{table}");
+    }
+    // B's app updates: the value it kept is in its column at once.
+    b.close();
+    let b = open(secret, versioned(&db_b, true)).await.unwrap();
+    assert_eq!(get(&b.get("todos".into(), "t1".into()).unwrap(), "priority"), 1);
+}

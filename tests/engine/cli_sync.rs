@@ -231,3 +231,49 @@ async fn a_running_cli_sync_gets_other_devices_writes_live() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn from_the_command_line_a_newer_apps_column_survives_an_older_apps_edit_and_column_edits_merge() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let dir = temp_dir("cli-versions");
+    let write_schema = |name: &str, v2: bool| {
+        let priority = if v2 { r#", {"name": "priority", "type": "integer", "default": 0}"# } else { "" };
+        let text = format!(
+            r#"{{"schemaVersion": 1, "tables": [
+                {{"name": "todos", "columns": [{{"name": "title", "type": "text"}}{priority}]}},
+                {{"name": "notes", "merge": "column", "columns": [
+                    {{"name": "title", "type": "text"}}, {{"name": "body", "type": "text"}}]}}]}}"#
+        );
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let (v1, v2) = (write_schema("v1.json", false), write_schema("v2.json", true));
+    let db = |n: &str| dir.join(n).to_str().unwrap().to_owned();
+    let (a, b, c) = (db("a.sqlite"), db("b.sqlite"), db("c.sqlite"));
+    let run = |args: &[&str]| ok_json(&cli(args, &secret));
+    let sync = |d: &str, schema: &str| {
+        let out = cli(&["sync", "--once", "--db", d, "--relay", &relay.url, "--schema", schema], &secret);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    };
+    run(&["insert", "--db", &a, "--schema", &v2, "todos", r#"{"id":"t1","title":"milk","priority":1}"#]);
+    run(&["insert", "--db", &a, "--schema", &v2, "notes", r#"{"id":"n1","title":"draft","body":"text"}"#]);
+    sync(&a, &v2);
+    sync(&b, &v1);
+    // The older app edits t1's title and the note's body; the newer one the note's title.
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    run(&["update", "--db", &b, "todos", "t1", r#"{"title":"oat milk"}"#]);
+    run(&["update", "--db", &b, "notes", "n1", r#"{"body":"by b"}"#]);
+    run(&["update", "--db", &a, "notes", "n1", r#"{"title":"by a"}"#]);
+    sync(&b, &v1);
+    sync(&a, &v2);
+    assert!(relay.compact().await > 0);
+    let out = cli(&["restore", "--db", &c, "--relay", &relay.url, "--schema", &v2], &secret);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for d in [&a, &c] {
+        let v = run(&["export", "--db", d]);
+        assert_eq!((&v["todos"][0]["title"], &v["todos"][0]["priority"]), (&"oat milk".into(), &1.into()), "{d}: {v}");
+        assert_eq!((&v["notes"][0]["title"], &v["notes"][0]["body"]), (&"by a".into(), &"by b".into()), "{d}: {v}");
+    }
+}

@@ -70,6 +70,9 @@ impl TestRelay {
     /// Runs the relay's log compaction now (`POST /ops/compact`): each stream keeps its newest
     /// event. Returns how many events it deleted.
     pub async fn compact(&self) -> u64 {
+        // reqwest is built without a TLS provider: the engine's transport installs one, and a
+        // test may compact before any device exists.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let resp = reqwest::Client::new()
             .post(format!("{}/ops/compact", self.url))
             .bearer_auth(ADMIN_TOKEN)
