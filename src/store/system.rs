@@ -189,7 +189,9 @@ fn sql_literal(value: &Value) -> Option<String> {
     match value {
         Value::Null => None,
         Value::Integer(i) => Some(i.to_string()),
-        Value::Real(x) => Some(format!("{x:?}")),
+        // (JavaScript's `Number#toString` text, as canonical JSON writes numbers: the package
+        // has no float formatting of Rust's own.)
+        Value::Real(x) => Some(crate::protocol::canonical::format_number(*x)),
         Value::Text(t) => Some(format!("'{}'", t.replace('\'', "''"))),
         Value::Blob(_) => None,
     }
