@@ -572,3 +572,41 @@ async fn a_wiped_relay_is_re_seeded_with_every_cell_of_a_column_merge_row() {
     assert_eq!(state(&c), state(&a));
     assert_eq!(c.engine.cell_clocks("notes", "n1").unwrap(), a.engine.cell_clocks("notes", "n1").unwrap());
 }
+
+#[tokio::test]
+async fn a_table_switched_back_to_whole_rows_and_again_to_columns_merges_by_the_whole_row_writes_it_made() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let whole = || {
+        let mut s = v1();
+        s.tables[1].merge = Merge::Row;
+        s
+    };
+    let path = db("flip");
+    let d = open(&secret, &relay, v1(), &path);
+    let other = fresh(&secret, &relay, v1());
+    d.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b"}"#)).unwrap();
+    d.clock.advance(1000);
+    d.engine.update("notes", "n1", json(r#"{"title":"by d"}"#)).unwrap();
+    d.sync().await;
+    other.sync().await;
+    // Another device edits the title (its clock earlier than what comes next on d) …
+    other.clock.advance(2000);
+    other.engine.update("notes", "n1", json(r#"{"title":"by the other"}"#)).unwrap();
+    // … while d's app merges notes whole for a version and writes the row whole, later by HLC.
+    drop(d);
+    let d = open(&secret, &relay, whole(), &path);
+    d.clock.set(T0 + 5000);
+    d.engine.update("notes", "n1", json(r#"{"body":"whole"}"#)).unwrap();
+    drop(d);
+    let d = open(&secret, &relay, v1(), &path);
+    d.sync().await;
+    other.sync().await;
+    d.sync().await;
+    // The whole-row write is later than the other's title: it wins every column, on both.
+    for e in [&d, &other] {
+        assert_eq!(cell(e, "notes", "n1", "title"), Some(json(r#""by d""#)));
+        assert_eq!(cell(e, "notes", "n1", "body"), Some(json(r#""whole""#)));
+    }
+    assert_eq!(d.engine.cell_clocks("notes", "n1").unwrap(), other.engine.cell_clocks("notes", "n1").unwrap());
+}
