@@ -20,7 +20,9 @@ use crate::protocol::json_parse::parse_json_bytes;
 use crate::protocol::json_write::ToJson;
 use crate::protocol::to_canonical_json;
 use crate::protocol::{CryptoError, Identity, PayloadHead, SyncEnvelope, SyncPayload};
+use crate::store::clocks;
 use crate::store::inbox::{self, HeldEvent};
+use crate::store::kept::{self, Kept, MAX_KEPT_BYTES};
 use crate::store::outbox;
 
 /// One classified event in this many is timed for the pull timings (from each page's first).
@@ -37,8 +39,6 @@ pub(crate) fn sampled_checks_ms(sampled_ms: f64, classified: u32) -> f64 {
 
 /// How much of an oversized quarantined envelope is kept (its start, for diagnosis).
 const MAX_QUARANTINED_TEXT: usize = 64 * 1024;
-use crate::store::clocks;
-use crate::store::kept::{self, Kept, MAX_KEPT_BYTES};
 use crate::store::purged;
 use crate::store::rows::{self, RowData};
 

@@ -63,10 +63,15 @@ pub(crate) fn is_column_cell(cell: &str) -> bool {
 pub(crate) struct Clocks {
     base: String,
     cells: Vec<(String, String)>,
+    /// While the row has no base: whether its deletion cell says live. (A row is shown only
+    /// once a whole-row event of it arrived, so its `deleted` column says deleted meanwhile.)
+    waiting_live: bool,
 }
 
 /// The key of `base` in a stored entry (not an identifier, so no cell's).
 const BASE: &str = "*";
+/// The key of [`Clocks::waiting_live`] in a stored entry, present when it is true.
+const WAITING_LIVE: &str = "+";
 
 impl Clocks {
     /// Parses a stored entry (a JSON object of HLC strings; [`BASE`] is the base).
@@ -77,6 +82,7 @@ impl Clocks {
         for (k, v) in map {
             match (k.into_string(), v.as_str()) {
                 (Ok(k), Some(v)) if k == BASE => v.clone_into(&mut c.base),
+                (Ok(k), Some(_)) if k == WAITING_LIVE => c.waiting_live = true,
                 (Ok(k), Some(v)) => c.cells.push((k, v.to_owned())),
                 _ => return Err(corrupt().into()),
             }
@@ -89,7 +95,7 @@ impl Clocks {
     pub(crate) fn of_row(tx: &Connection, table: &Table, row: &RowData) -> Result<Clocks, EngineError> {
         match clocks::get(tx, &table.name, &row.id)? {
             Some(text) => Clocks::parse(&text),
-            None => Ok(Clocks { base: row.updated_at.clone(), cells: Vec::new() }),
+            None => Ok(Clocks { base: row.updated_at.clone(), cells: Vec::new(), waiting_live: false }),
         }
     }
 
@@ -143,14 +149,14 @@ impl Clocks {
         out
     }
 
-    /// The stored entry: canonical JSON (cells are identifiers and [`BASE`] is `*`, so byte
-    /// order is UTF-16 order).
+    /// The stored entry: canonical JSON (cells are identifiers, [`BASE`] is `*` and
+    /// [`WAITING_LIVE`] `+`, so byte order is UTF-16 order).
     fn text(&self) -> String {
         let mut out = String::from("{");
         let base = (!self.base.is_empty()).then(|| (BASE, self.base.as_str()));
-        for (i, (cell, hlc)) in
-            base.into_iter().chain(self.cells.iter().map(|(c, h)| (c.as_str(), h.as_str()))).enumerate()
-        {
+        let waiting = (self.base.is_empty() && self.waiting_live).then_some((WAITING_LIVE, ""));
+        let cells = self.cells.iter().map(|(c, h)| (c.as_str(), h.as_str()));
+        for (i, (cell, hlc)) in base.into_iter().chain(waiting).chain(cells).enumerate() {
             if i > 0 {
                 out.push(',');
             }
@@ -199,6 +205,9 @@ struct Cells<'t> {
     kept: Vec<(String, String)>,
     clocks: Clocks,
     kept_changed: bool,
+    /// Its deletion cell's value. The row's `deleted` column is that, or `true` while the row
+    /// has no base (no whole-row event of it arrived: a row begins with one, an insert).
+    deleted: bool,
 }
 
 impl<'t> Cells<'t> {
@@ -213,13 +222,14 @@ impl<'t> Cells<'t> {
                 RowData {
                     id: row_id.to_owned(),
                     updated_at: String::new(),
-                    deleted: false,
+                    deleted: true,
                     values: table.defaults.clone(),
                 },
                 Clocks::default(),
             ),
         };
-        Ok(Cells { table, row, kept, clocks, kept_changed: false })
+        let deleted = if clocks.base.is_empty() { !clocks.waiting_live } else { row.deleted };
+        Ok(Cells { table, row, kept, clocks, kept_changed: false, deleted })
     }
 
     /// Sets declared column `i` to `value` at `hlc` if that is newer; whether it was.
@@ -230,6 +240,12 @@ impl<'t> Cells<'t> {
         }
         self.clocks.set(name, hlc);
         self.row.values[i] = value;
+        // A value kept under a declared column's name (its type did not fit) gives way to the
+        // column's newer value.
+        if let Some(at) = self.kept.iter().position(|(n, _)| n == name) {
+            self.kept.remove(at);
+            self.kept_changed = true;
+        }
         true
     }
 
@@ -258,12 +274,14 @@ impl<'t> Cells<'t> {
             return false;
         }
         self.clocks.set(DELETED, hlc);
-        self.row.deleted = deleted;
+        self.deleted = deleted;
         true
     }
 
     fn write(mut self, tx: &Connection) -> Result<RowData, EngineError> {
         self.row.updated_at = self.clocks.max().to_owned();
+        self.clocks.waiting_live = !self.deleted;
+        self.row.deleted = self.deleted || self.clocks.base.is_empty();
         rows::write_row(tx, self.table, &self.row, WriteMode::Replace)?;
         clocks::set(tx, &self.table.name, &self.row.id, &self.clocks.text())?;
         if self.kept_changed {
@@ -345,8 +363,8 @@ impl Engine {
             }
         };
         let mut cells = Cells::read(tx, table, &id, self.kept_any.get())?;
-        let exists = cells.clocks != Clocks::default();
-        let live = exists && !cells.row.deleted;
+        // (A row without a base is not shown: as if it did not exist.)
+        let live = !cells.clocks.base.is_empty() && !cells.row.deleted;
         let mut values = cells.row.values.clone();
         let mut all = false;
         match op {
@@ -442,33 +460,39 @@ impl Engine {
         let Some(row) = rows::read_row(tx, table, row_id)? else { return Ok(None) };
         let kept = if self.kept_any.get() { kept::of_row(tx, &table.name, row_id)? } else { Vec::new() };
         let clocks = Clocks::of_row(tx, table, &row)?;
-        let deleted_here = clocks.get(DELETED) == event_id;
         let mut cells: Vec<(&str, Cell<'_>)> = Vec::new();
-        for (i, c) in table.columns.iter().enumerate() {
-            if clocks.get(&c.name) == event_id {
-                cells.push((c.name.as_str(), Cell::Stored(c.column_type, &row.values[i])));
-            }
-        }
-        for (name, value) in &kept {
-            if clocks.get(name) == event_id && table.column_index(name).is_none() {
-                cells.push((name.as_str(), Cell::Kept(value)));
-            }
-        }
-        let deleted = match split(event_table).1 {
-            Some(DELETED) if deleted_here => row.deleted,
+        let cell = split(event_table).1;
+        let deleted = match cell {
+            Some(DELETED) if clocks.get(DELETED) == event_id => row.deleted,
             Some(DELETED) => return Ok(None),
+            Some(cell) if clocks.get(cell) != event_id => return Ok(None),
             Some(cell) => {
-                cells.retain(|(n, _)| *n == cell);
-                if cells.is_empty() {
-                    return Ok(None);
+                match table.column_index(cell) {
+                    Some(i) => cells.push((cell, Cell::Stored(table.columns[i].column_type, &row.values[i]))),
+                    None => match kept.iter().find(|(n, _)| n == cell) {
+                        Some((_, value)) => cells.push((cell, Cell::Kept(value))),
+                        // (Cleared by a whole-row event since: its floor outweighs this.)
+                        None => return Ok(None),
+                    },
                 }
                 false
             }
-            // A whole-row event still the row's base is sealed even when every cell it wrote
-            // was written again since: it also gave the columns its writer did not know their
-            // defaults, which facts of theirs older than it must not undo.
-            None if cells.is_empty() && !deleted_here && clocks.base != event_id => return Ok(None),
-            None => deleted_here && row.deleted,
+            // A whole-row event is sealed while it is the row's base, with every column and kept
+            // value as the row holds them now: a client that only knows whole rows reads a
+            // whole row, and for a column-merge reader a cell written since holds a newer fact
+            // of that value anyway. Its floor — every column its writer did not know is at its
+            // default from its HLC on — holds while it is the base, even when every cell it
+            // wrote was written again since.
+            None if clocks.base != event_id => return Ok(None),
+            None => {
+                for (i, c) in table.columns.iter().enumerate() {
+                    cells.push((c.name.as_str(), Cell::Stored(c.column_type, &row.values[i])));
+                }
+                for (name, value) in kept.iter().filter(|(n, _)| table.column_index(n).is_none()) {
+                    cells.push((name.as_str(), Cell::Kept(value)));
+                }
+                row.deleted
+            }
         };
         Ok(Some(payload_text(self.schema.version, event_table, row_id, event_id, deleted, &mut cells)))
     }
@@ -486,7 +510,8 @@ impl Engine {
         table: &Table,
         row: &RowData,
     ) -> Result<Vec<(String, String)>, EngineError> {
-        let Some(text) = clocks::get(tx, &table.name, &row.id)?.filter(|_| table.merge == Merge::Column) else {
+        let entry = if self.clocks_any.get() { clocks::get(tx, &table.name, &row.id)? } else { None };
+        let Some(text) = entry else {
             return Ok(vec![(row.updated_at.clone(), table.name.clone())]);
         };
         let clocks = Clocks::parse(&text)?;
@@ -546,6 +571,21 @@ mod tests {
     }
 
     #[test]
+    fn a_rows_clocks_as_read_list_every_column_kept_value_and_the_deletion_by_name() {
+        use crate::store::schema::{ColumnDef, ColumnType, Schema, SchemaDef, TableDef};
+        let columns = vec![ColumnDef::new("zeta", ColumnType::Text), ColumnDef::new("alpha", ColumnType::Text)];
+        let schema = Schema::new(SchemaDef { schema_version: 1, tables: vec![TableDef::new("t", columns)] }).unwrap();
+        let mut c = Clocks::default();
+        c.raise_base("002");
+        c.set("zeta", "005");
+        c.set("gone", "004");
+        let kept = [("middle".to_owned(), "1".to_owned())];
+        let effective = c.effective(schema.table("t").unwrap(), &kept);
+        let cells: Vec<(&str, &str)> = effective.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+        assert_eq!(cells, [("alpha", "002"), ("deleted", "002"), ("gone", "004"), ("middle", "002"), ("zeta", "005")]);
+    }
+
+    #[test]
     fn clocks_are_stored_as_canonical_json_and_read_back() {
         let mut c = Clocks::default();
         c.set("title", "002");
@@ -560,6 +600,9 @@ mod tests {
         assert_eq!(c.text(), r#"{"*":"0035","title":"004"}"#);
         assert_eq!((c.get("title"), c.get("body"), c.get("never heard of"), c.max()), ("004", "0035", "0035", "004"));
         assert_eq!(Clocks::parse(&c.text()).unwrap(), c);
+        // A cell at exactly the new base is covered by it too.
+        assert!(c.raise_base("004"));
+        assert_eq!(c.text(), r#"{"*":"004"}"#);
         for bad in ["[]", r#"{"a":1}"#, "{", ""] {
             assert_eq!(Clocks::parse(bad).unwrap_err().code(), "STORAGE", "{bad}");
         }

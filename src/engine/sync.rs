@@ -26,7 +26,7 @@ use super::{Engine, EngineError};
 use crate::protocol::envelope::{encrypt_plaintext, EventMeta};
 use crate::protocol::json_write::ToJson;
 use crate::protocol::time::iso8601_from_ms;
-use crate::store::{inbox, kept, outbox, purged, rows, system};
+use crate::store::{clocks, inbox, kept, outbox, purged, rows, system};
 
 /// Events per push and per pull page.
 pub const BATCH: u32 = 1000;
@@ -285,7 +285,10 @@ impl Engine {
     ) -> Result<Option<String>, EngineError> {
         let (base, cell) = super::columns::split(event_table);
         let Some(table) = self.schema.table(base) else { return Ok(None) };
-        if cell.is_some() || table.merge == Merge::Column {
+        // (A row of a table that merged per column before keeps its cell clocks until written
+        // whole: its re-seed is made of its cells' events.)
+        let clocked = self.clocks_any.get() && clocks::get(tx, base, row_id)?.is_some();
+        if cell.is_some() || table.merge == Merge::Column || clocked {
             return self.column_payload(tx, table, event_table, row_id, event_id);
         }
         let Some(row) = rows::read_row(tx, table, row_id)?.filter(|r| r.updated_at == event_id) else {

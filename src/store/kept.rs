@@ -4,8 +4,8 @@
 //! app, and sent on unchanged in the row's next event, as protobuf keeps unknown fields; once
 //! the app declares the column, its value moves into it ([`declare`]). A column a later schema
 //! leaves out again (an older app opening a newer app's database) has its values moved here
-//! ([`undeclare`]). The engine decides when a row's kept values change; this module only
-//! stores them.
+//! ([`undeclare`], when a schema that declared it opens without it). The engine decides when a
+//! row's kept values change; this module only stores them.
 
 use rusqlite::types::{Value, ValueRef};
 use rusqlite::{params, Connection};
@@ -97,34 +97,30 @@ pub fn declare(tx: &Connection, table: &Table) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// Moves the values of `column`, which `table`'s schema no longer declares, into the kept
-/// values of their rows, and resets the column to its default (`default_sql`, the SQL literal
-/// it was added with): once declared again, rows read what they held. A row whose value is the
-/// default keeps nothing — it reads the default either way, and so do devices that receive its
-/// events without the column. `column_type` is what the last schema declared (`None`: taken
-/// from each value).
+/// Moves the values of `column`, which `table`'s schema declared and no longer does, into the
+/// kept values of their rows, and resets the column to its default (`default_sql`, the SQL
+/// literal it was added with): once declared again, rows read what they held. A row whose value
+/// is the default keeps nothing — it reads the default either way, and so do devices that receive
+/// its events without the column — unless `keep_defaults` (a column-merge table: each cell's
+/// value goes with its own events, the default too). Kept values of that name from before (a
+/// value its type did not take) give way. `column_type` is what the last schema declared.
 pub fn undeclare(
     tx: &Connection,
     table: &str,
     column: &str,
-    column_type: Option<ColumnType>,
+    column_type: ColumnType,
     default_sql: Option<&str>,
+    keep_defaults: bool,
 ) -> Result<(), StoreError> {
     let (t, c) = (quote(table), quote(column));
     let default = default_sql.unwrap_or("NULL");
-    let mut stmt = tx.prepare(&format!("SELECT id, {c} FROM {t} WHERE {c} IS NOT {default}"))?;
+    tx.prepare_cached("DELETE FROM _sync_kept WHERE table_name = ?1 AND col_name = ?2")?.execute([table, column])?;
+    let moved = if keep_defaults { String::new() } else { format!(" WHERE {c} IS NOT {default}") };
+    let mut stmt = tx.prepare(&format!("SELECT id, {c} FROM {t}{moved}"))?;
     let rows: Vec<(String, Value)> = stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<Result<_, _>>()?;
     for (row_id, value) in &rows {
-        let ty = column_type.unwrap_or(match value {
-            Value::Integer(_) => ColumnType::Integer,
-            Value::Real(_) => ColumnType::Real,
-            _ => ColumnType::Text,
-        });
-        // (The column's value is the row's; a kept one of the same name, unused, gives way.)
-        set(tx, table, row_id, column, &to_canonical_json(&from_sql(ty, ValueRef::from(value))))?;
+        set(tx, table, row_id, column, &to_canonical_json(&from_sql(column_type, ValueRef::from(value))))?;
     }
-    if !rows.is_empty() {
-        tx.execute_batch(&format!("UPDATE {t} SET {c} = {default} WHERE {c} IS NOT {default}"))?;
-    }
+    tx.execute_batch(&format!("UPDATE {t} SET {c} = {default} WHERE {c} IS NOT {default}"))?;
     Ok(())
 }

@@ -673,6 +673,37 @@ mod tests {
     }
 
     #[test]
+    fn merging_defaults_and_indexes_are_read_and_stored_back_as_declared() {
+        let text = r#"{"schemaVersion":2,"tables":[{"name":"notes","columns":[{"name":"rank","type":"integer","default":3},{"name":"meta","type":"json","default":{"b":1,"a":[]}},{"name":"plain","type":"text","default":null}],"merge":"column","indexes":[["rank","updatedAt"]]},{"name":"t","columns":[],"merge":"row","indexes":[]}]}"#;
+        let d = read(text).unwrap();
+        let notes = &d.tables[0];
+        assert_eq!((notes.merge, d.tables[1].merge), (Merge::Column, Merge::Row));
+        assert_eq!(notes.indexes, [vec!["rank".to_owned(), "updatedAt".to_owned()]]);
+        let defaults: Vec<Option<&str>> = notes.columns.iter().map(|c| c.default.as_deref()).collect();
+        assert_eq!(defaults, [Some("3"), Some(r#"{"a":[],"b":1}"#), None], "canonical JSON; null is none");
+        // Stored: each member only where it says something, so older declarations keep their text.
+        assert_eq!(
+            d.to_json_text(),
+            r#"{"schemaVersion":2,"tables":[{"name":"notes","columns":[{"name":"rank","type":"integer","default":3},{"name":"meta","type":"json","default":{"a":[],"b":1}},{"name":"plain","type":"text"}],"merge":"column","indexes":[["rank","updatedAt"]]},{"name":"t","columns":[]}]}"#
+        );
+        assert_eq!(read(&d.to_json_text()).unwrap(), d);
+        let s = Schema::new(d).unwrap();
+        assert_eq!(
+            s.table("notes").unwrap().defaults,
+            [Value::Integer(3), Value::Text(r#"{"a":[],"b":1}"#.into()), Value::Null]
+        );
+        assert_eq!(
+            read(r#"{"tables":[{"name":"t","columns":[],"merge":"cell"}]}"#).unwrap_err(),
+            r#"schema.tables[0].merge: expected "row" or "column", got a string"#
+        );
+        assert_eq!(
+            read(r#"{"tables":[{"name":"t","columns":[],"indexes":["a"]}]}"#).unwrap_err(),
+            "schema.tables[0].indexes[0]: expected an array, got a string"
+        );
+        assert_eq!(index_name("todos", &["done".into(), "updatedAt".into()]), "todos.by.done.updatedAt");
+    }
+
+    #[test]
     fn a_malformed_schema_is_refused_naming_the_member() {
         let cases = [
             (r#"{"schemaVersion": 1}"#, "schema: missing field `tables`"),

@@ -7,7 +7,7 @@ use rusqlite::{Connection, OptionalExtension};
 use rusqlite::types::Value;
 
 use super::kept;
-use super::schema::{index_name, quote, Schema, SchemaDef, SchemaError, Table, SYSTEM_COLUMNS};
+use super::schema::{index_name, quote, Merge, Schema, SchemaDef, SchemaError, Table};
 use super::StoreError;
 
 const SYSTEM_DDL: &str = "
@@ -258,12 +258,13 @@ pub fn migrate_app_tables(conn: &mut Connection, schema: &Schema, prior: Option<
             }
         }
         migrate_indexes(&tx, table)?;
+        // Columns the last schema declared and this one does not.
         let prior_table = prior.and_then(|p| p.tables.iter().find(|t| t.name == table.name));
         for e in &existing {
-            let app_column = !SYSTEM_COLUMNS.contains(&e.name.as_str());
-            if app_column && !table.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&e.name)) {
-                let declared = prior_table.and_then(|t| t.columns.iter().find(|c| c.name == e.name));
-                kept::undeclare(&tx, &table.name, &e.name, declared.map(|c| c.column_type), e.default.as_deref())?;
+            let dropped = prior_table.and_then(|t| t.columns.iter().find(|c| c.name == e.name));
+            if let Some(c) = dropped.filter(|_| !table.columns.iter().any(|c| c.name.eq_ignore_ascii_case(&e.name))) {
+                let keep_defaults = table.merge == Merge::Column;
+                kept::undeclare(&tx, &table.name, &e.name, c.column_type, e.default.as_deref(), keep_defaults)?;
             }
         }
         kept::declare(&tx, table)?;

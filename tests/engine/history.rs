@@ -4,9 +4,11 @@
 //! `notes(title, body)` merged per column; v2 adds `todos.priority` (default 0) and
 //! `notes.tags` — and upgrade at random moments. They insert, update, upsert and delete rows
 //! of both tables offline with clocks that disagree, sync in random orders through a relay that
-//! compacts (each stream keeps its newest event) at random moments and drops the streams a
-//! device purges, and purge rows every device saw deleted. At the end every device upgrades and
-//! syncs, the relay compacts, and a fresh device restores from the survivors alone:
+//! compacts (each stream keeps its newest event) at random moments, drops the streams a device
+//! purges and once loses everything (devices re-seed it), and purge rows every device saw
+//! deleted; an older app version sometimes opens a newer one's database. At the end every
+//! device upgrades and syncs, the relay compacts, and a fresh device restores from the
+//! survivors alone:
 //!
 //! - every device and the fresh one hold the same live rows;
 //! - and those are the oracle's: per whole-row row, the write with the greatest HLC as its
@@ -76,6 +78,8 @@ struct CompactingRelay {
     log: RefCell<Vec<Stored>>,
     ids: RefCell<HashSet<String>>,
     head: Cell<u64>,
+    /// Its database's id: a wipe makes a new one (every pull carries it).
+    epoch: Cell<u32>,
 }
 
 fn answer(status: u16, v: serde_json::Value) -> HttpResponse {
@@ -90,6 +94,9 @@ impl CompactingRelay {
         let param = |k: &str| query.split('&').find_map(|kv| kv.strip_prefix(&format!("{k}="))).unwrap_or("");
         let unknown = self.head.get() == 0;
         match (req.method, route) {
+            (Method::Get, "/health") => {
+                answer(200, serde_json::json!({"ok": true, "service": "sim", "version": "1", "serverTime": ""}))
+            }
             (Method::Post, "/v1/events") => {
                 let body: serde_json::Value = serde_json::from_slice(req.body.as_ref().unwrap()).unwrap();
                 let (mut accepted, mut duplicate) = (0, 0);
@@ -118,9 +125,10 @@ impl CompactingRelay {
                 let next = page.last().map_or(after, |s| s.seq);
                 let events: Vec<serde_json::Value> =
                     page.iter().map(|s| serde_json::from_str(&s.text).unwrap()).collect();
+                let epoch = format!("epoch{}", self.epoch.get());
                 answer(
                     200,
-                    serde_json::json!({"events": events, "nextCursor": next.to_string(), "headSeq": self.head.get()}),
+                    serde_json::json!({"events": events, "nextCursor": next.to_string(), "headSeq": self.head.get(), "epoch": epoch}),
                 )
             }
             (Method::Post, "/v1/streams/compact") => {
@@ -134,6 +142,15 @@ impl CompactingRelay {
             }
             _ => answer(404, serde_json::json!({"error": "not_found", "message": "not simulated"})),
         }
+    }
+
+    /// Loses everything, as a relay whose database was replaced by an empty one: its seqs start
+    /// again (devices see its head behind their cursors, or a 404, and re-seed it).
+    fn wipe(&self) {
+        self.log.borrow_mut().clear();
+        self.ids.borrow_mut().clear();
+        self.head.set(0);
+        self.epoch.set(self.epoch.get() + 1);
     }
 
     /// Log compaction: each stream keeps the event with the greatest id.
@@ -194,12 +211,14 @@ fn open(relay: &Rc<CompactingRelay>, path: &PathBuf, version: u8, clock: Rc<Manu
 }
 
 impl Device {
-    fn upgrade(&mut self, relay: &Rc<CompactingRelay>) {
+    /// Reopens the device's database with app version `version` (an update, or an older app
+    /// opening a newer app's database).
+    fn reopen(&mut self, relay: &Rc<CompactingRelay>, version: u8) {
         let placeholder = open_memory_engine(relay);
         drop(std::mem::replace(&mut self.engine, placeholder));
         self.seed += 1000;
-        self.engine = open(relay, &self.path, 2, self.clock.clone(), self.seed);
-        self.version = 2;
+        self.engine = open(relay, &self.path, version, self.clock.clone(), self.seed);
+        self.version = version;
     }
 
     /// A row's values of the v2 columns of `table` as this device holds them, kept values
@@ -390,14 +409,22 @@ async fn run(seed: u64) {
         });
     }
     let mut oracle = Oracle::default();
+    let mut wiped = false;
     for _ in 0..60 {
         let i = rng.below(devices.len() as u64) as usize;
         devices[i].clock.advance(rng.below(3000));
-        match rng.below(20) {
+        match rng.below(22) {
             0..=10 => random_write(&mut rng, &devices[i], &mut oracle),
             11..=15 => sync(&devices[i]).await,
             16 => relay.compact(),
-            17 if devices[i].version == 1 => devices[i].upgrade(&relay),
+            17 if devices[i].version == 1 => devices[i].reopen(&relay, 2),
+            // An older app opens a newer app's database (an old tab after a deploy).
+            19 if devices[i].version == 2 => devices[i].reopen(&relay, 1),
+            // The relay loses its data, once (re-seeds of one relay are rate-limited).
+            20 if !wiped => {
+                wiped = true;
+                relay.wipe();
+            }
             18 => {
                 // A purge of rows every device saw deleted, on some of the devices.
                 settle(&devices).await;
@@ -409,7 +436,7 @@ async fn run(seed: u64) {
         }
     }
     for d in devices.iter_mut().filter(|d| d.version == 1) {
-        d.upgrade(&relay);
+        d.reopen(&relay, 2);
     }
     settle(&devices).await;
     relay.compact();

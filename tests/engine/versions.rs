@@ -610,3 +610,151 @@ async fn a_table_switched_back_to_whole_rows_and_again_to_columns_merges_by_the_
     }
     assert_eq!(d.engine.cell_clocks("notes", "n1").unwrap(), other.engine.cell_clocks("notes", "n1").unwrap());
 }
+
+#[tokio::test]
+async fn a_column_merge_row_keeps_each_column_its_app_does_not_know_by_that_columns_own_writes() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    // A newer app declares two more columns of notes; B (v1) knows neither.
+    let v3 = || {
+        let mut s = v2();
+        s.tables[1].columns.push(ColumnDef::new("rank", ColumnType::Integer));
+        s
+    };
+    let a = fresh(&secret, &relay, v3());
+    let path_b = db("b");
+    let b = open(&secret, &relay, v1(), &path_b);
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t","tags":["x"],"rank":1}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    let kept = |d: &Device| d.engine.kept_values("notes", "n1").unwrap();
+    assert_eq!(kept(&b), [("rank".to_owned(), "1".to_owned()), ("tags".to_owned(), r#"["x"]"#.to_owned())]);
+    // A changes one of them: B's other kept value stays as it was.
+    a.clock.advance(1000);
+    a.engine.update("notes", "n1", json(r#"{"tags":["y"]}"#)).unwrap();
+    a.sync().await;
+    b.sync().await;
+    assert_eq!(kept(&b), [("rank".to_owned(), "1".to_owned()), ("tags".to_owned(), r#"["y"]"#.to_owned())]);
+    // A deletes the note; C, which never synced and knows neither column, writes n1 anew, later:
+    // a whole row, which gives every column it lacks its default — B keeps nothing of n1.
+    a.engine.delete("notes", "n1").unwrap();
+    a.sync().await;
+    b.sync().await;
+    let c = fresh(&secret, &relay, v1());
+    c.clock.advance(5000);
+    c.engine.insert("notes", json(r#"{"id":"n1","title":"new"}"#)).unwrap();
+    c.sync().await;
+    b.sync().await;
+    a.sync().await;
+    assert!(kept(&b).is_empty(), "{:?}", kept(&b));
+    drop(b);
+    let b = open(&secret, &relay, v3(), &path_b);
+    assert_eq!(state(&b), state(&a));
+    assert_eq!(cell(&a, "notes", "n1", "tags"), Some(Json::Null));
+    assert_eq!(cell(&a, "notes", "n1", "title"), Some(json(r#""new""#)));
+}
+
+/// A crafted event of row `n1` of notes: `table` (`notes`, `notes#<cell>`), at HLC `n`.
+fn note_event(n: u64, table: &str, deleted: bool, row: &str) -> (String, String) {
+    let hlc = crate::rules::hlc(n);
+    let payload = format!(
+        r#"{{"deleted":{deleted},"hlc":"{hlc}","row":{row},"rowId":"n1","schemaVersion":1,"table":"{table}"}}"#
+    );
+    (hlc, payload)
+}
+
+async fn push_notes(relay: &TestRelay, secret: &str, events: &[(String, String)]) {
+    let refs: Vec<(&str, String)> = events.iter().map(|(h, p)| (h.as_str(), p.clone())).collect();
+    crate::rules::push_crafted(relay, secret, &refs).await;
+}
+
+#[tokio::test]
+async fn a_cell_written_before_a_delete_takes_its_value_when_it_arrives_after_it() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    push_notes(
+        &relay,
+        &secret,
+        &[
+            note_event(1, "notes", false, r#"{"title":"a","body":"b"}"#),
+            note_event(9, "notes#deleted", true, "{}"),
+            note_event(3, "notes#title", false, r#"{"title":"before the delete"}"#),
+        ],
+    )
+    .await;
+    let d = fresh(&secret, &relay, v1());
+    d.sync().await;
+    assert_eq!(d.engine.get("notes", "n1").unwrap(), None, "the later delete holds");
+    let row = state(&d).into_iter().find(|r| r.get("id").unwrap().as_str() == Some("n1")).unwrap();
+    assert_eq!(row.get("title"), Some(&json(r#""before the delete""#)));
+    let clocks = d.engine.cell_clocks("notes", "n1").unwrap();
+    assert!(clocks.contains(&("title".to_owned(), crate::rules::hlc(3))), "{clocks:?}");
+}
+
+#[tokio::test]
+async fn a_whole_row_event_newer_than_a_columns_older_fact_floors_it_though_every_cell_it_sets_is_newer() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    // v1 does not know `rank`. Its cells are all written after the whole-row event at 5 (which
+    // says: rank, absent, is its default from 5 on), and rank's own fact at 4 comes last.
+    push_notes(
+        &relay,
+        &secret,
+        &[
+            note_event(1, "notes", false, r#"{"title":"a","body":"b"}"#),
+            note_event(6, "notes#title", false, r#"{"title":"t6"}"#),
+            note_event(7, "notes#body", false, r#"{"body":"b7"}"#),
+            note_event(8, "notes#deleted", false, "{}"),
+            note_event(5, "notes", false, r#"{"title":"t5","body":"b5"}"#),
+            note_event(4, "notes#rank", false, r#"{"rank":4}"#),
+            note_event(2, "notes#tags", false, r#"{"tags":["x"]}"#),
+        ],
+    )
+    .await;
+    let d = fresh(&secret, &relay, v1());
+    d.sync().await;
+    assert_eq!(cell(&d, "notes", "n1", "title"), Some(json(r#""t6""#)));
+    assert_eq!(cell(&d, "notes", "n1", "body"), Some(json(r#""b7""#)));
+    assert!(d.engine.kept_values("notes", "n1").unwrap().is_empty(), "facts older than the floor");
+}
+
+#[tokio::test]
+async fn a_column_merge_row_keeps_up_to_64_kib_of_columns_its_app_does_not_know() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let fits = "x".repeat(64 * 1024 - "rank".len() - 2);
+    push_notes(
+        &relay,
+        &secret,
+        &[
+            note_event(1, "notes", false, r#"{"title":"a"}"#),
+            note_event(2, "notes#rank", false, &format!(r#"{{"rank":"{fits}"}}"#)),
+            note_event(3, "notes#tags", false, r#"{"tags":1}"#),
+        ],
+    )
+    .await;
+    let d = fresh(&secret, &relay, v1());
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred), (2, 1), "{r:?}");
+    assert_eq!(d.engine.kept_values("notes", "n1").unwrap()[0].1.len(), fits.len() + 2);
+    let held = d.engine.deferred().unwrap();
+    assert_eq!((held[0].event_id.as_str(), held[0].reason.as_str()), (crate::rules::hlc(3).as_str(), "UNKNOWN_COLUMN"));
+}
+
+#[tokio::test]
+async fn a_column_merge_row_is_shown_only_once_a_whole_row_event_of_it_arrived() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    // A cell of a row whose whole-row event is not (or no longer, after a purge) on the relay.
+    push_notes(&relay, &secret, &[note_event(4, "notes#title", false, r#"{"title":"stray"}"#)]).await;
+    let d = fresh(&secret, &relay, v1());
+    d.sync().await;
+    assert_eq!(d.engine.get("notes", "n1").unwrap(), None);
+    assert!(d.engine.list("notes", &Default::default()).unwrap().is_empty());
+    assert_eq!(d.engine.update("notes", "n1", json(r#"{"body":"x"}"#)).unwrap_err().code(), "NOT_FOUND");
+    // Its whole-row event arrives (older): the row is live, with the newer cell.
+    push_notes(&relay, &secret, &[note_event(2, "notes", false, r#"{"title":"t","body":"b"}"#)]).await;
+    d.sync().await;
+    assert_eq!(cell(&d, "notes", "n1", "title"), Some(json(r#""stray""#)));
+    assert_eq!(cell(&d, "notes", "n1", "body"), Some(json(r#""b""#)));
+}
