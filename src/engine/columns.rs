@@ -153,7 +153,7 @@ impl Clocks {
     /// [`WAITING_LIVE`] `+`, so byte order is UTF-16 order).
     fn text(&self) -> String {
         let mut out = String::from("{");
-        let base = (!self.base.is_empty()).then(|| (BASE, self.base.as_str()));
+        let base = (!self.base.is_empty()).then_some((BASE, self.base.as_str()));
         let waiting = (self.base.is_empty() && self.waiting_live).then_some((WAITING_LIVE, ""));
         let cells = self.cells.iter().map(|(c, h)| (c.as_str(), h.as_str()));
         for (i, (cell, hlc)) in base.into_iter().chain(waiting).chain(cells).enumerate() {
@@ -559,6 +559,23 @@ impl Engine {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    #[cfg(not(target_arch = "wasm32"))]
+    fn a_cell_event_is_the_bytes_protocol_md_shows() {
+        use crate::store::schema::ColumnType;
+        let milk = Value::Text("milk".into());
+        let mut row = vec![("title", Cell::Stored(ColumnType::Text, &milk))];
+        let hlc = "001764504000000-000001-dev1";
+        assert_eq!(
+            payload_text(1, &cell_table("notes", "title"), "r1", hlc, false, &mut row),
+            r#"{"deleted":false,"hlc":"001764504000000-000001-dev1","row":{"title":"milk"},"rowId":"r1","schemaVersion":1,"table":"notes#title"}"#
+        );
+        let identity =
+            crate::protocol::Identity::from_secret("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8").unwrap();
+        let mac = simplysync_crypto::hmac_sha256(identity.stream_key(), br#"["notes#title","r1"]"#);
+        assert_eq!(identity.stream_id("notes#title", "r1"), crate::protocol::base64url::encode(&mac[..16]));
+    }
 
     #[test]
     fn an_event_table_names_a_table_and_the_cell_it_sets() {

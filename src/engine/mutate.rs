@@ -546,7 +546,7 @@ impl Engine {
     /// and the re-sent `ops`. An insert's or upsert's row is read back while it still has the
     /// recorded HLC; once a later write changed it — or a purge took it out since, its purge
     /// record at that version or a later one — it is the op's row as it was written (its
-    /// columns converted as then, the others null, not deleted) with the recorded HLC. A record
+    /// columns converted as then, the others their defaults, not deleted) with the recorded HLC. A record
     /// that does not fit the ops — another count, an HLC where the op is an update or delete, a
     /// row of another id, a row that never had the recorded HLC — is refused: the request id
     /// was reused for another call.

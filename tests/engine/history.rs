@@ -204,7 +204,7 @@ struct Device {
     seed: u64,
 }
 
-fn open(relay: &Rc<CompactingRelay>, path: &PathBuf, version: u8, clock: Rc<ManualClock>, seed: u64) -> Engine {
+fn open(relay: &Rc<CompactingRelay>, path: &std::path::Path, version: u8, clock: Rc<ManualClock>, seed: u64) -> Engine {
     let env = Env { transport: Rc::new(Sim(relay.clone())), clock, entropy: Box::new(SeededEntropy(Rng::new(seed))) };
     let config = EngineConfig::new(SECRET, vec!["http://sim".into()], schema(version));
     Engine::open(simplysync::store::open_path(path.to_str().unwrap()).unwrap(), config, env).unwrap()

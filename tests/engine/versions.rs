@@ -758,3 +758,19 @@ async fn a_column_merge_row_is_shown_only_once_a_whole_row_event_of_it_arrived()
     assert_eq!(cell(&d, "notes", "n1", "title"), Some(json(r#""stray""#)));
     assert_eq!(cell(&d, "notes", "n1", "body"), Some(json(r#""b""#)));
 }
+
+#[test]
+fn a_column_merge_write_whose_event_would_be_too_large_is_refused_and_writes_nothing() {
+    let secret = phrase();
+    let options = simplysync::engine::EngineOptions { max_event_bytes: 2048, ..Default::default() };
+    let spec = DeviceSpec { secret: &secret, relays: vec![], schema: v1(), db_path: None, clock_ms: T0 };
+    let d = Device::try_open_with(spec, options).unwrap();
+    let big = "x".repeat(2000);
+    let row = Json::object([("id", Json::from("n1")), ("body", Json::from(big.as_str()))]);
+    assert_eq!(d.engine.insert("notes", row).unwrap_err().code(), "ROW_TOO_LARGE", "the whole row");
+    d.engine.insert("notes", json(r#"{"id":"n1","title":"t"}"#)).unwrap();
+    let patch = Json::object([("body", Json::from(big.as_str()))]);
+    let e = d.engine.update("notes", "n1", patch).unwrap_err();
+    assert_eq!(e.code(), "ROW_TOO_LARGE", "one cell's event");
+    assert_eq!(cell(&d, "notes", "n1", "body"), Some(Json::Null), "nothing written");
+}
