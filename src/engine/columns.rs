@@ -37,8 +37,9 @@ pub(crate) const DELETED: &str = "deleted";
 
 /// What an event's `table` names: a table, and the cell its events set, if any.
 pub(crate) fn split(table: &str) -> (&str, Option<&str>) {
-    match table.split_once(SEP) {
-        Some((base, cell)) => (base, Some(cell)),
+    // (A byte search: `split_once` with a char cost ~120 instructions an event of a restore.)
+    match table.bytes().position(|b| b == SEP as u8) {
+        Some(at) => (&table[..at], Some(&table[at + 1..])),
         None => (table, None),
     }
 }

@@ -374,7 +374,7 @@ impl Engine {
             Op::Insert { table, row } | Op::Upsert { table, row } => {
                 let t = self.app_table(table)?;
                 let id = row_id(table, row)?;
-                let mut values = t.defaults.clone();
+                let mut values = t.new_values();
                 apply_columns(t, row, &mut values)?;
                 // One statement: an insert revives a soft-deleted id and leaves a live one alone.
                 let mode = if matches!(op, Op::Insert { .. }) { WriteMode::InsertOrRevive } else { WriteMode::Replace };
@@ -472,7 +472,7 @@ impl Engine {
         // The run not written yet: `rows[from..]`, all of one table, written in `mode`.
         let (mut from, mut mode) = (0, WriteMode::Replace);
         for op in ops {
-            if let Some(table) = self.schema.table(op.table()).filter(|t| t.merge == Merge::Column) {
+            if let Some(table) = self.schema.column_merge_table(op.table()) {
                 write_run(w, &rows[from..], mode)?;
                 let row = self.write_column_op(tx, w, table, op, wall_ms)?;
                 rows.push(Written { table, row });

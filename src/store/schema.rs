@@ -366,6 +366,8 @@ pub struct Table {
     pub defaults: Vec<Value>,
     /// Its declared indexes.
     pub indexes: Vec<Vec<String>>,
+    /// Whether any column declares a default (else a new row's values are all null).
+    any_default: bool,
     /// Its statements.
     pub sql: TableSql,
     /// Sorted by name: also the lookup of a column by name.
@@ -390,6 +392,15 @@ impl Table {
     /// byte order is the UTF-16 order canonical JSON sorts by).
     pub fn row_fields(&self) -> &[(String, RowField)] {
         &self.fields
+    }
+
+    /// A new row's values before a write's own: the columns' defaults.
+    pub fn new_values(&self) -> Vec<Value> {
+        if self.any_default {
+            self.defaults.clone()
+        } else {
+            vec![Value::Null; self.columns.len()]
+        }
     }
 
     /// The index in [`Table::columns`] of the app column `column`.
@@ -423,6 +434,8 @@ pub struct Schema {
     pub version: u32,
     /// Sorted by name (a sorted vector, not a map: a schema has a few tables).
     tables: Vec<Table>,
+    /// Whether any table merges per column (else no write looks for one).
+    column_merge: bool,
 }
 
 /// Whether `name` may name a table or column: a letter or `_`, then letters, digits or `_`, at
@@ -519,7 +532,17 @@ fn table_from_def(def: TableDef) -> Result<Table, SchemaError> {
     ];
     fields.extend(def.columns.iter().enumerate().map(|(i, c)| (c.name.clone(), RowField::Column(i))));
     crate::protocol::sort::stable_sort_by(&mut fields, |a, b| a.0 < b.0);
-    Ok(Table { name: def.name, columns: def.columns, merge: def.merge, defaults, indexes: def.indexes, sql, fields })
+    let any_default = def.columns.iter().any(|c| c.default.is_some());
+    Ok(Table {
+        name: def.name,
+        columns: def.columns,
+        merge: def.merge,
+        defaults,
+        indexes: def.indexes,
+        any_default,
+        sql,
+        fields,
+    })
 }
 
 fn insert_by_name(tables: &mut Vec<Table>, table: Table) {
@@ -548,12 +571,21 @@ impl Schema {
         }
         // `blob` is reserved above, so it is never a duplicate.
         insert_by_name(&mut tables, table_from_def(blob_table())?);
-        Ok(Schema { version: def.schema_version, tables })
+        let column_merge = tables.iter().any(|t| t.merge == Merge::Column);
+        Ok(Schema { version: def.schema_version, tables, column_merge })
     }
 
     /// The table `name`, if declared (or `blob`).
     pub fn table(&self, name: &str) -> Option<&Table> {
         self.tables.binary_search_by(|t| t.name.as_str().cmp(name)).ok().map(|at| &self.tables[at])
+    }
+
+    /// The table `name` if it merges per column.
+    pub fn column_merge_table(&self, name: &str) -> Option<&Table> {
+        if !self.column_merge {
+            return None;
+        }
+        self.table(name).filter(|t| t.merge == Merge::Column)
     }
 
     /// Every table, `blob` included.
