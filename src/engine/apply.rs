@@ -488,7 +488,9 @@ impl Engine {
         let tx = run.tx;
         for (i, (name, row, kept)) in run.staged.drain(..).enumerate() {
             if declined.next_if_eq(&i).is_none() {
-                self.whole_row_written(tx, table, &row.id, &kept)?;
+                if !kept.is_empty() || self.kept_any.get() || self.clocks_any.get() {
+                    self.whole_row_written(tx, table, &row.id, &kept)?;
+                }
                 run.applied.push(RowChange { table: name, id: row.id });
             }
         }

@@ -36,6 +36,7 @@ pub(crate) const SEP: char = '#';
 pub(crate) const DELETED: &str = "deleted";
 
 /// What an event's `table` names: a table, and the cell its events set, if any.
+#[inline]
 pub(crate) fn split(table: &str) -> (&str, Option<&str>) {
     // (A byte search: `split_once` with a char cost ~120 instructions an event of a restore.)
     match table.bytes().position(|b| b == SEP as u8) {

@@ -395,6 +395,7 @@ impl Table {
     }
 
     /// A new row's values before a write's own: the columns' defaults.
+    #[inline]
     pub fn new_values(&self) -> Vec<Value> {
         if self.any_default {
             self.defaults.clone()

@@ -557,10 +557,12 @@ async fn a_wiped_relay_is_re_seeded_with_every_cell_of_a_column_merge_row() {
     let a = fresh(&secret, &relay, v2());
     let b = fresh(&secret, &relay, v1());
     a.engine.insert("notes", json(r#"{"id":"n1","title":"t","body":"b","tags":["x"]}"#)).unwrap();
+    a.engine.insert("notes", json(r#"{"id":"gone","title":"t"}"#)).unwrap();
     a.sync().await;
     b.sync().await;
     b.clock.advance(1000);
     b.engine.update("notes", "n1", json(r#"{"title":"by b"}"#)).unwrap();
+    b.engine.delete("notes", "gone").unwrap();
     b.sync().await;
     a.sync().await;
     relay.wipe_and_restart();
@@ -570,7 +572,31 @@ async fn a_wiped_relay_is_re_seeded_with_every_cell_of_a_column_merge_row() {
     let c = fresh(&secret, &relay, v2());
     c.sync().await;
     assert_eq!(state(&c), state(&a));
-    assert_eq!(c.engine.cell_clocks("notes", "n1").unwrap(), a.engine.cell_clocks("notes", "n1").unwrap());
+    for id in ["n1", "gone"] {
+        assert_eq!(c.engine.cell_clocks("notes", id).unwrap(), a.engine.cell_clocks("notes", id).unwrap(), "{id}");
+    }
+    assert_eq!(c.engine.get("notes", "gone").unwrap(), None, "the delete was re-seeded too");
+}
+
+#[test]
+fn a_column_merge_table_refuses_what_a_whole_row_table_refuses() {
+    let secret = phrase();
+    let d = Device::open(DeviceSpec { secret: &secret, relays: vec![], schema: v1(), db_path: None, clock_ms: T0 });
+    let e = &d.engine;
+    assert_eq!(e.update("notes", "n1", json(r#"{"title":"x"}"#)).unwrap_err().code(), "NOT_FOUND");
+    assert_eq!(e.delete("notes", "n1").unwrap_err().code(), "NOT_FOUND");
+    e.insert("notes", json(r#"{"id":"n1","title":"t"}"#)).unwrap();
+    assert_eq!(e.insert("notes", json(r#"{"id":"n1","title":"again"}"#)).unwrap_err().code(), "ALREADY_EXISTS");
+    assert_eq!(e.update("notes", "n1", json(r#"{"colour":"red"}"#)).unwrap_err().code(), "UNKNOWN_COLUMN");
+    assert_eq!(e.update("notes", "n1", json(r#"{"title":5}"#)).unwrap_err().code(), "INVALID_VALUE");
+    e.delete("notes", "n1").unwrap();
+    assert_eq!(e.delete("notes", "n1").unwrap_err().code(), "NOT_FOUND", "deleted already");
+    assert_eq!(e.update("notes", "n1", json(r#"{"title":"x"}"#)).unwrap_err().code(), "NOT_FOUND");
+    assert_eq!(cell(&d, "notes", "n1", "title"), None);
+    let row = e.insert("notes", json(r#"{"id":"n1","title":"revived"}"#)).unwrap();
+    assert_eq!(row.get("title"), Some(&json(r#""revived""#)));
+    // Every refusal wrote nothing: the outbox holds the insert, the delete and the revival.
+    assert_eq!(d.count("_sync_outbox"), 3);
 }
 
 #[tokio::test]
@@ -773,4 +799,28 @@ fn a_column_merge_write_whose_event_would_be_too_large_is_refused_and_writes_not
     let e = d.engine.update("notes", "n1", patch).unwrap_err();
     assert_eq!(e.code(), "ROW_TOO_LARGE", "one cell's event");
     assert_eq!(cell(&d, "notes", "n1", "body"), Some(Json::Null), "nothing written");
+}
+
+#[tokio::test]
+async fn a_purged_row_forgets_what_it_kept_and_a_new_row_of_its_id_sends_none_of_it() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v2());
+    a.engine.insert("todos", json(r#"{"id":"t1","title":"x","priority":3}"#)).unwrap();
+    a.sync().await;
+    let b = fresh(&secret, &relay, v1());
+    b.sync().await;
+    assert_eq!(b.engine.kept_values("todos", "t1").unwrap().len(), 1);
+    b.clock.advance(1000);
+    b.engine.delete("todos", "t1").unwrap();
+    b.sync().await;
+    a.sync().await;
+    assert_eq!(b.engine.purge_deleted().unwrap(), 1);
+    assert!(b.engine.kept_values("todos", "t1").unwrap().is_empty());
+    b.clock.advance(1000);
+    b.engine.insert("todos", json(r#"{"id":"t1","title":"a new row"}"#)).unwrap();
+    b.sync().await;
+    a.sync().await;
+    assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""a new row""#)));
+    assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("0")), "not the purged row's 3");
 }
