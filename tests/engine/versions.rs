@@ -824,3 +824,67 @@ async fn a_purged_row_forgets_what_it_kept_and_a_new_row_of_its_id_sends_none_of
     assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""a new row""#)));
     assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("0")), "not the purged row's 3");
 }
+
+#[tokio::test]
+async fn a_malformed_cell_event_is_quarantined_and_a_cell_form_this_engine_does_not_know_waits() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    push_notes(
+        &relay,
+        &secret,
+        &[
+            note_event(1, "notes", false, r#"{"title":"t"}"#),
+            note_event(2, "notes#deleted", true, r#"{"title":"x"}"#),
+            note_event(3, "notes#title", true, r#"{"title":"x"}"#),
+            note_event(4, "notes#title", false, r#"{"body":"x"}"#),
+            note_event(5, "notes#title", false, r#"{"title":"x","body":"y"}"#),
+            note_event(6, "notes#title", false, "{}"),
+            note_event(7, "notes#", false, "{}"),
+            note_event(8, "notes#two-words", false, r#"{"two-words":1}"#),
+            note_event(9, "notes#title", false, r#"{"title":"fine"}"#),
+        ],
+    )
+    .await;
+    let d = fresh(&secret, &relay, v1());
+    d.sync().await;
+    let mut quarantined: Vec<(String, String)> =
+        d.engine.quarantined().unwrap().into_iter().map(|q| (q.event_id, q.reason)).collect();
+    quarantined.sort();
+    let malformed = |n: u64| (crate::rules::hlc(n), "MALFORMED_PAYLOAD".to_owned());
+    assert_eq!(quarantined, [malformed(2), malformed(3), malformed(4), malformed(5), malformed(6)]);
+    let deferred: Vec<(String, String)> =
+        d.engine.deferred().unwrap().into_iter().map(|q| (q.event_id, q.reason)).collect();
+    assert_eq!(
+        deferred,
+        [(crate::rules::hlc(7), "UNKNOWN_TABLE".to_owned()), (crate::rules::hlc(8), "UNKNOWN_TABLE".to_owned())]
+    );
+    assert_eq!(cell(&d, "notes", "n1", "title"), Some(json(r#""fine""#)));
+}
+
+#[tokio::test]
+async fn a_newer_whole_row_version_without_a_kept_column_clears_it() {
+    let relay = TestRelay::compacting();
+    let secret = phrase();
+    let a = fresh(&secret, &relay, v2());
+    a.engine.insert("todos", json(r#"{"id":"t1","title":"x","priority":3}"#)).unwrap();
+    a.sync().await;
+    let b = fresh(&secret, &relay, v1());
+    b.sync().await;
+    assert_eq!(b.engine.kept_values("todos", "t1").unwrap(), [("priority".to_owned(), "3".to_owned())]);
+    // C never saw the row's priority: its later whole-row write says the column is its default.
+    let c = fresh(&secret, &relay, v1());
+    c.clock.advance(5000);
+    c.engine.upsert("todos", json(r#"{"id":"t1","title":"from c"}"#)).unwrap();
+    c.sync().await;
+    b.sync().await;
+    a.sync().await;
+    assert!(b.engine.kept_values("todos", "t1").unwrap().is_empty());
+    assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("0")));
+    // B's next write carries no priority of its own: A keeps the default.
+    b.clock.advance(6000);
+    b.engine.update("todos", "t1", json(r#"{"title":"from b"}"#)).unwrap();
+    b.sync().await;
+    a.sync().await;
+    assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("0")));
+    assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""from b""#)));
+}
