@@ -319,7 +319,15 @@ export interface RelayStatus {
   lastSyncAt: number | null;
   /** Local events the relay has not acknowledged. */
   pending: number;
+  /** The last failure, of its reads or its writes, while it lasts. */
   error: RelayErrorInfo | null;
+  /**
+   * The last failure of its writes (pushes, blob chunks, compaction requests) while they fail:
+   * the relay may still deliver other devices' changes.
+   */
+  pushError: RelayErrorInfo | null;
+  /** The last failure of its reads (pulls) while they fail. */
+  pullError: RelayErrorInfo | null;
   backoffUntil: number | null;
   /** `null` until known, or when the relay has no data for this owner yet. */
   account: AccountInfo | null;

@@ -1,11 +1,12 @@
 //! When to try a failing relay again: exponential backoff with full jitter.
 //!
 //! After the n-th failure in a row (n ≥ 1) of the retryable kind — no answer, a timeout, a 5xx
-//! or a 429 — automatic (poll) passes leave the relay alone for a uniformly random time in
+//! — automatic (poll) passes leave the relay alone for a uniformly random time in
 //! `[0, min(5 min, 5 s × 2^(n−1))]`, and never less than the relay's `Retry-After` (capped at
 //! an hour). Terminal failures (400/401/403/404/413) back off the spec's fixed 5 minutes. A
-//! success resets the count. Writes, focus, online and explicit passes ignore the backoff
-//! (the spec: they try at once).
+//! 429 also backs off 5 minutes (the spec) but stays retryable, or as long as its
+//! `Retry-After` says (capped at an hour). A success resets the count. Writes, focus, online
+//! and explicit passes ignore the backoff (the spec: they try at once).
 
 /// The poll cadence: the first ceiling of the backoff.
 pub const POLL_BASE_MS: u64 = 5_000;
@@ -26,6 +27,12 @@ pub fn retry_delay_ms(failures: u32, random: u64, retry_after_ms: Option<u64>) -
     let ceiling = retry_ceiling_ms(failures);
     let jittered = random % (ceiling + 1);
     jittered.max(retry_after_ms.unwrap_or(0).min(MAX_RETRY_AFTER_MS))
+}
+
+/// The delay after a 429: its `Retry-After` (capped at an hour) or, without one, the spec's
+/// five minutes.
+pub fn rate_limited_delay_ms(retry_after_ms: Option<u64>) -> u64 {
+    retry_after_ms.map_or(MAX_RETRY_DELAY_MS, |ms| ms.min(MAX_RETRY_AFTER_MS))
 }
 
 /// A `Retry-After` value (delay-seconds or an HTTP date) as ms from `now`.
@@ -56,6 +63,13 @@ mod tests {
         assert_eq!(retry_delay_ms(3, 12_345, None), 12_345);
         assert_eq!(retry_delay_ms(1, 0, Some(120_000)), 120_000);
         assert_eq!(retry_delay_ms(1, 0, Some(10 * MAX_RETRY_AFTER_MS)), MAX_RETRY_AFTER_MS);
+    }
+
+    #[test]
+    fn a_429_waits_five_minutes_or_what_its_retry_after_says_up_to_an_hour() {
+        assert_eq!(rate_limited_delay_ms(None), 5 * 60 * 1000);
+        assert_eq!(rate_limited_delay_ms(Some(2_000)), 2_000);
+        assert_eq!(rate_limited_delay_ms(Some(10 * MAX_RETRY_AFTER_MS)), MAX_RETRY_AFTER_MS);
     }
 
     #[test]

@@ -13,7 +13,7 @@
 
 use serde::Serialize;
 
-use super::backoff::{parse_retry_after, retry_delay_ms, MAX_RETRY_DELAY_MS};
+use super::backoff::{parse_retry_after, rate_limited_delay_ms, retry_delay_ms, MAX_RETRY_DELAY_MS};
 use super::live::{LiveInfo, LiveRuntime};
 use super::relay_api::{RelayApi, RelayFailure};
 use super::{Engine, EngineError};
@@ -82,8 +82,13 @@ pub struct RelayStatus {
     pub last_sync_at: Option<u64>,
     /// Local events it has not acknowledged yet (not counting those set aside).
     pub pending: u64,
-    /// The last failure, while it lasts.
+    /// The last failure, while it lasts (of its reads or writes).
     pub error: Option<RelayErrorInfo>,
+    /// The last failure of its writes — pushes, blob chunks, compaction requests, queued
+    /// closes — while they fail: the relay may still deliver other devices' changes.
+    pub push_error: Option<RelayErrorInfo>,
+    /// The last failure of its reads (pulls) while they fail.
+    pub pull_error: Option<RelayErrorInfo>,
     /// Until when automatic passes skip it (ms), during a backoff.
     pub backoff_until: Option<u64>,
     /// Account figures from `/v1/status` (`None` when unknown or the relay has no data yet).
@@ -114,8 +119,14 @@ pub(crate) struct RelayRuntime {
     pub reseed_reason: Option<String>,
     /// Retryable failures in a row (the backoff's exponent).
     pub failures: u32,
-    /// Automatic passes do not push before this time (over quota).
+    /// Automatic passes do not push before this time (writes failing, over quota).
     pub push_blocked_until: Option<u64>,
+    /// The last failure of its writes, while they fail.
+    pub push_error: Option<RelayErrorInfo>,
+    /// The last failure of its reads (pulls), while they fail.
+    pub pull_error: Option<RelayErrorInfo>,
+    /// Failed passes of its writes in a row (their backoff's exponent).
+    pub push_failures: u32,
     pub forged: u64,
     /// The last pass stopped with work left (its budget ran out): not caught up.
     pub behind: bool,
@@ -132,6 +143,26 @@ pub(crate) enum FailureKind {
     Terminal,
     /// 410: the owner is closed there.
     Closed,
+}
+
+/// A failure as the status shows it.
+fn error_info(f: &RelayFailure) -> RelayErrorInfo {
+    RelayErrorInfo {
+        status: f.status(),
+        code: f.code().map(str::to_owned),
+        message: f.message(),
+        terminal: classify(f) != FailureKind::Retryable,
+    }
+}
+
+/// How long automatic passes wait after the `failures`-th retryable failure in a row: a 429
+/// its `Retry-After` or 5 minutes, anything else the jittered backoff (`Retry-After` raising it).
+fn backoff_delay(f: &RelayFailure, failures: u32, now: u64, random: u64) -> u64 {
+    let retry_after = f.retry_after().and_then(|v| parse_retry_after(v, now));
+    if f.status() == Some(429) {
+        return rate_limited_delay_ms(retry_after);
+    }
+    retry_delay_ms(failures, random, retry_after)
 }
 
 pub(crate) fn classify(f: &RelayFailure) -> FailureKind {
@@ -154,6 +185,9 @@ impl RelayRuntime {
             reseed_reason: None,
             failures: 0,
             push_blocked_until: None,
+            push_error: None,
+            pull_error: None,
+            push_failures: 0,
             forged: 0,
             behind: false,
             live: LiveRuntime::default(),
@@ -168,25 +202,47 @@ impl RelayRuntime {
             (_, RelayFailure::Network(_)) => RelayState::Offline,
             _ => RelayState::Error,
         };
-        self.error = Some(RelayErrorInfo {
-            status: f.status(),
-            code: f.code().map(str::to_owned),
-            message: f.message(),
-            terminal: kind != FailureKind::Retryable,
-        });
+        self.error = Some(error_info(f));
         self.backoff_until = match kind {
             FailureKind::Retryable => {
                 self.failures = self.failures.saturating_add(1);
-                let retry_after = f.retry_after().and_then(|v| parse_retry_after(v, now));
-                Some(now + retry_delay_ms(self.failures, random, retry_after))
+                Some(now + backoff_delay(f, self.failures, now, random))
             }
             FailureKind::Terminal => Some(now + BACKOFF_MS),
             FailureKind::Closed => None,
         };
     }
 
+    /// Applies the failure policy to this relay's writes alone (a push, a blob chunk, a queued
+    /// close; a compaction request when `blocks` is false): automatic passes leave its pushes
+    /// alone for the policy's delay while they go on pulling (and writes, focus, online and
+    /// explicit passes push at once). `reads_ok`: the pass's pull succeeded.
+    pub fn fail_writes(&mut self, f: &RelayFailure, blocks: bool, reads_ok: bool, now: u64, random: u64) {
+        let info = error_info(f);
+        if blocks {
+            self.push_failures = self.push_failures.saturating_add(1);
+            let delay = match classify(f) {
+                FailureKind::Retryable => backoff_delay(f, self.push_failures, now, random),
+                _ => BACKOFF_MS,
+            };
+            self.push_blocked_until = Some(now + delay);
+        }
+        if reads_ok {
+            self.state = RelayState::Error;
+            self.error = Some(info.clone());
+            self.pull_error = None;
+            self.backoff_until = None;
+            self.failures = 0;
+            self.last_sync_at = Some(now);
+        }
+        self.push_error = Some(info);
+    }
+
     /// A pass succeeded.
     pub fn succeed(&mut self, now: u64, pending: u64) {
+        self.push_error = None;
+        self.pull_error = None;
+        self.push_failures = 0;
         self.state = if pending > 0 { RelayState::Pending } else { RelayState::Synced };
         self.last_sync_at = Some(now);
         self.error = None;
@@ -245,6 +301,8 @@ impl Engine {
                     last_sync_at: r.last_sync_at,
                     pending,
                     error: r.error.clone(),
+                    push_error: r.push_error.clone(),
+                    pull_error: r.pull_error.clone(),
                     backoff_until: r.backoff_until,
                     account: r.account.clone(),
                     reseed_reason: r.reseed_reason.clone(),

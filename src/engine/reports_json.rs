@@ -96,6 +96,8 @@ impl ToJson for RelayStatus {
             .member("lastSyncAt", &self.last_sync_at)
             .member("pending", &self.pending)
             .member("error", &self.error)
+            .member("pushError", &self.push_error)
+            .member("pullError", &self.pull_error)
             .member("backoffUntil", &self.backoff_until)
             .member("account", &self.account)
             .member("reseedReason", &self.reseed_reason)
@@ -245,6 +247,8 @@ mod tests {
                 last_sync_at: full.then_some(1_764_900_000_000),
                 pending: i as u64,
                 error: full.then(error),
+                push_error: full.then(error),
+                pull_error: (!full).then(error),
                 backoff_until: full.then_some(5),
                 account: full.then(|| AccountInfo {
                     owner_id: "o".into(),

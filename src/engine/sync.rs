@@ -19,7 +19,7 @@ use serde::Serialize;
 
 use super::mutate::payload_json;
 use super::pull::PullEnd;
-use super::relay::{relay_keys, RelayErrorInfo, RelayState, BACKOFF_MS};
+use super::relay::{classify, relay_keys, FailureKind, RelayErrorInfo, RelayState};
 use super::relay_api::RelayFailure;
 use super::schema::Merge;
 use super::{Engine, EngineError};
@@ -228,13 +228,32 @@ pub(crate) fn reseed_window(count: u64) -> u64 {
     RESEED_WINDOW_MS.saturating_mul(factor).min(MAX_RESEED_WINDOW_MS)
 }
 
-/// What a relay's pass left to report besides success.
+/// What a relay's pass left to report besides success. Each direction fails on its own: a
+/// relay whose writes fail (its write path down, a refused compaction, a chunk it will not
+/// take) still delivers other devices' changes, and one whose reads fail still takes pushes.
 #[derive(Default)]
 struct PassOutcome {
-    /// A push that failed while the rest of the pass (pull, purges) went on.
+    /// Writing failed: a push, a blob chunk or a queued close.
     push_problem: Option<RelayFailure>,
-    /// Pushing was skipped (an automatic pass while over quota).
+    /// A compaction request failed (reported with the writes; pushes are not held back by it).
+    purge_problem: Option<RelayFailure>,
+    /// Reading failed: a pull.
+    pull_problem: Option<RelayFailure>,
+    /// Pushing was skipped (an automatic pass while pushes back off).
     push_skipped: bool,
+}
+
+impl PassOutcome {
+    /// Files a relay failure of the pass's writes; a local failure ends the pass.
+    fn push_failed(&mut self, e: PassError) -> Result<(), PassError> {
+        match e {
+            PassError::Relay(f) => {
+                self.push_problem.get_or_insert(f);
+                Ok(())
+            }
+            local => Err(local),
+        }
+    }
 }
 
 impl Engine {
@@ -424,26 +443,39 @@ impl Engine {
         match self.relay_pass(url, trigger, &mut report).await {
             Ok(outcome) => {
                 let now = self.now();
-                self.write(|tx| Ok(system::meta_set(tx, &format!("synced:{url}"), &now.to_string())?))?;
+                let reads_ok = outcome.pull_problem.is_none();
+                if reads_ok {
+                    self.write(|tx| Ok(system::meta_set(tx, &format!("synced:{url}"), &now.to_string())?))?;
+                }
                 let pending = outbox::pending_count(&self.db.borrow(), url)?;
-                if let Some(f) = &outcome.push_problem {
+                if let Some(f) = &outcome.pull_problem {
                     report.error = self.record_failure(url, f);
-                    if f.is_quota() {
-                        // Pushes wait; automatic passes keep pulling and purging meanwhile.
-                        self.with_relay(url, |r| {
-                            r.push_blocked_until = Some(now + BACKOFF_MS);
-                            r.backoff_until = None;
+                    self.with_relay(url, |r| r.pull_error.clone_from(&r.error));
+                }
+                let write_problem = outcome.push_problem.as_ref().map(|f| (f, true));
+                if let Some((f, blocks)) = write_problem.or(outcome.purge_problem.as_ref().map(|f| (f, false))) {
+                    if classify(f) == FailureKind::Closed {
+                        report.error = self.record_failure(url, f);
+                    } else {
+                        let random = self.random_u64();
+                        let info = self.with_relay(url, |r| {
+                            r.fail_writes(f, blocks, reads_ok, now, random);
+                            r.push_error.clone()
                         });
+                        if reads_ok {
+                            report.error = info.flatten();
+                        }
                     }
-                } else if outcome.push_skipped {
+                } else if outcome.push_skipped && reads_ok {
                     self.with_relay(url, |r| {
                         r.last_sync_at = Some(now);
+                        r.pull_error = None;
                         if r.state == RelayState::Syncing {
                             r.state = RelayState::Error;
                         }
                     });
                     report.error = self.with_relay(url, |r| r.error.clone()).flatten();
-                } else {
+                } else if reads_ok {
                     let more = report.more;
                     self.with_relay(url, |r| {
                         r.succeed(now, pending);
@@ -453,6 +485,13 @@ impl Engine {
                             r.state = RelayState::Pending;
                             r.behind = true;
                         }
+                    });
+                } else {
+                    // Reads failed and writes went through: they no longer fail.
+                    self.with_relay(url, |r| {
+                        r.push_error = None;
+                        r.push_failures = 0;
+                        r.push_blocked_until = None;
                     });
                 }
             }
@@ -476,29 +515,56 @@ impl Engine {
         self.ensure_backfill(url)?;
         // Purges before any push: an owner over quota frees space first. But pull before
         // them: a purged row that another device wrote again since must not be compacted away
-        // (the newer version cancels the purge when it applies).
-        if self.purges_pending(url)? && !self.pull_phase(url, report).await? {
-            self.pull_phase(url, report).await?;
+        // (the newer version cancels the purge when it applies) — and a failed pull leaves the
+        // purges for a later pass.
+        let mut pulled_first = true;
+        if self.purges_pending(url)? {
+            pulled_first = match self.pull_phase(url, report).await {
+                Ok(true) => true,
+                Ok(false) => self.pull_phase(url, report).await.is_ok(),
+                Err(PassError::Relay(f)) => {
+                    outcome.pull_problem = Some(f);
+                    false
+                }
+                Err(local) => return Err(local),
+            };
+            if pulled_first {
+                // A refused compaction is reported, and pushes go on.
+                match self.flush_purges(url).await {
+                    Ok(()) => {}
+                    Err(PassError::Relay(f)) => outcome.purge_problem = Some(f),
+                    Err(local) => return Err(local),
+                }
+            }
         }
-        self.flush_purges(url).await?;
         let now = self.now();
         outcome.push_skipped = trigger.respects_backoff()
             && self.with_relay(url, |r| r.push_blocked_until.is_some_and(|t| t > now)).unwrap_or(false);
         for _attempt in 0..2 {
             if !outcome.push_skipped && outcome.push_problem.is_none() {
-                match self.push_phase(url, report).await {
-                    Ok(()) => {}
-                    Err(PassError::Relay(f)) if f.is_quota() || f.code() == Some("push_mismatch") => {
-                        outcome.push_problem = Some(f);
-                    }
-                    Err(e) => return Err(e),
+                if let Err(e) = self.push_phase(url, report).await {
+                    outcome.push_failed(e)?;
                 }
             }
-            if self.pull_phase(url, report).await? {
+            if outcome.pull_problem.is_some() && !pulled_first {
                 break;
             }
+            match self.pull_phase(url, report).await {
+                Ok(true) => break,
+                // Re-seeded: its events go in the second round.
+                Ok(false) => {}
+                Err(PassError::Relay(f)) => {
+                    outcome.pull_problem = Some(f);
+                    break;
+                }
+                Err(local) => return Err(local),
+            }
         }
-        self.flush_pending_close(url).await?;
+        if outcome.push_problem.is_none() {
+            if let Err(e) = self.flush_pending_close(url).await {
+                outcome.push_failed(e)?;
+            }
+        }
         Ok(outcome)
     }
 

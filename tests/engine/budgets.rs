@@ -104,12 +104,13 @@ async fn a_write_joining_a_waiting_poll_pass_makes_it_a_write_pass_that_ignores_
     d.engine.insert("todos", todo("a", "x")).unwrap();
     let busy = relay.url.clone();
     let on_relay = move |r: &HttpRequest| r.url.starts_with(&busy);
-    d.net.answer(on_relay.clone(), 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(1));
+    // (Its push and its pull fail: a relay whose pushes alone fail is still pulled from.)
+    d.net.answer(on_relay.clone(), 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(2));
     d.engine.sync(SyncTrigger::Poll).await.unwrap();
     assert!(d.status(0).backoff_until.is_some(), "the relay is in backoff");
     // A manual pass is under way (the relay fails again, so its backoff stays); a poll waits
     // behind it; then a write comes.
-    d.net.answer(on_relay, 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(1));
+    d.net.answer(on_relay, 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(2));
     let (running, waiting, joining) = tokio::join!(
         d.engine.sync_queued(SyncTrigger::Manual),
         d.engine.sync_queued(SyncTrigger::Poll),

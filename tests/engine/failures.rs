@@ -55,8 +55,40 @@ impl Now for simplysync::engine::io::ManualClock {
 }
 
 #[tokio::test]
-async fn network_errors_5xx_and_429_retry_within_the_poll_cadence_at_first() {
-    for status in [429, 500, 502, 503] {
+async fn a_429_backs_automatic_passes_off_five_minutes_or_its_retry_after_and_stays_retryable() {
+    let (_relay, d) = failing_device(429).await;
+    let s = &d.engine.relay_statuses_local().unwrap()[0];
+    assert!(!s.error.as_ref().unwrap().terminal, "the spec: a 429 remains nonterminal");
+    assert_eq!(s.backoff_until, Some(d.clock.now() + FIVE_MIN), "the spec's five minutes");
+    d.clock.advance(FIVE_MIN - 1);
+    assert!(d.engine.sync(SyncTrigger::Poll).await.unwrap().relays[0].skipped.is_some());
+    for trigger in [SyncTrigger::Write, SyncTrigger::Focus, SyncTrigger::Online, SyncTrigger::Manual] {
+        assert!(d.engine.sync(trigger).await.unwrap().relays[0].skipped.is_none(), "{trigger:?} retries at once");
+    }
+    // With a Retry-After, as long as it says (a relay asking for more than an hour gets one).
+    for (retry_after, wait) in [("7", 7_000), ("86400", 3_600_000)] {
+        d.net.clear();
+        d.net.answer(
+            |r| r.url.contains("/v1/events"),
+            429,
+            r#"{"error":"rate_limited","message":"slow down"}"#,
+            Some(retry_after),
+            None,
+        );
+        d.engine.sync(SyncTrigger::Poll).await.unwrap();
+        d.clock.advance(FIVE_MIN + 1);
+        d.engine.sync(SyncTrigger::Manual).await.unwrap();
+        assert_eq!(d.status(0).backoff_until, Some(d.clock.now() + wait), "Retry-After: {retry_after}");
+    }
+    d.net.clear();
+    d.clock.advance(3_600_001);
+    let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!((r.relays[0].skipped.as_deref(), r.relays[0].pushed), (None, 1));
+}
+
+#[tokio::test]
+async fn network_errors_and_5xx_retry_within_the_poll_cadence_at_first() {
+    for status in [500, 502, 503] {
         let (_relay, d) = failing_device(status).await;
         let s = &d.engine.relay_statuses_local().unwrap()[0];
         assert!(!s.error.as_ref().unwrap().terminal, "{status}");
@@ -118,4 +150,101 @@ async fn a_relay_with_smaller_push_batches_gets_halved_batches() {
     let r = d.sync().await;
     assert_eq!(r.relays[0].pushed, 40);
     assert_eq!(r.relays[0].error, None);
+}
+
+fn is_push(r: &simplysync::engine::io::HttpRequest) -> bool {
+    r.method == simplysync::engine::io::Method::Post && r.url.contains("/v1/events") && !r.url.contains("/wait")
+}
+
+#[tokio::test]
+async fn a_relay_whose_writes_fail_still_delivers_other_devices_changes_and_each_direction_reports_its_own() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let (a, b) = (Device::new(&secret, &[&relay.url]), Device::new(&secret, &[&relay.url]));
+    b.engine.insert("todos", todo("from-b", "x")).unwrap();
+    b.sync().await;
+    // A's writes fail (the relay's write kill switch: 503 on POST only).
+    a.engine.insert("todos", todo("from-a", "x")).unwrap();
+    a.net.answer(is_push, 503, r#"{"error":"overloaded","message":"writes are off"}"#, None, None);
+    let r = a.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(r.relays[0].received, 1, "{r:?}");
+    assert!(a.engine.get("todos", "from-b").unwrap().is_some(), "the pull went on");
+    let s = a.status(0);
+    assert_eq!((s.push_error.as_ref().map(|e| e.status), s.pull_error.as_ref()), (Some(Some(503)), None));
+    assert_eq!((s.state, s.pending, s.backoff_until), (RelayState::Error, 1, None));
+    // Automatic passes go on pulling while the pushes back off; a write pushes at once.
+    b.engine.insert("todos", todo("from-b-2", "x")).unwrap();
+    b.sync().await;
+    a.clock.advance(1);
+    let r = a.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!((r.relays[0].received, a.net.sent("POST", "/v1/events")), (1, 1), "pulled, not pushed again: {r:?}");
+    a.engine.sync(SyncTrigger::Write).await.unwrap();
+    assert_eq!(a.net.sent("POST", "/v1/events"), 2);
+    a.net.clear();
+    let r = a.engine.sync(SyncTrigger::Write).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 1);
+    let s = a.status(0);
+    assert_eq!((s.state, s.push_error.is_none(), s.error.is_none()), (RelayState::Synced, true, true));
+    b.sync().await;
+    assert!(b.engine.get("todos", "from-a").unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_relay_whose_reads_fail_still_takes_pushes() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let (a, b) = (Device::new(&secret, &[&relay.url]), Device::new(&secret, &[&relay.url]));
+    a.engine.insert("todos", todo("from-a", "x")).unwrap();
+    a.net.answer(
+        |r| !is_push(r) && r.url.contains("/v1/events"),
+        500,
+        r#"{"error":"internal","message":"x"}"#,
+        None,
+        None,
+    );
+    let r = a.engine.sync(SyncTrigger::Manual).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 1, "{r:?}");
+    let s = a.status(0);
+    assert_eq!((s.pull_error.as_ref().map(|e| e.status), s.push_error.as_ref()), (Some(Some(500)), None));
+    b.sync().await;
+    assert!(b.engine.get("todos", "from-a").unwrap().is_some());
+}
+
+#[tokio::test]
+async fn a_refused_compaction_is_reported_with_the_writes_and_pushes_go_on() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("gone", "x")).unwrap();
+    d.engine.delete("todos", "gone").unwrap();
+    d.sync().await;
+    assert_eq!(d.engine.purge_deleted().unwrap(), 1);
+    d.net.fail("/v1/streams/compact", 403, None);
+    for i in 0..2 {
+        d.engine.insert("todos", todo(&format!("new{i}"), "x")).unwrap();
+        let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+        assert_eq!(r.relays[0].pushed, 1, "pass {i}: pushes go on: {r:?}");
+        let s = d.status(0);
+        assert_eq!(s.push_error.as_ref().and_then(|e| e.status), Some(403));
+        assert!(d.engine.purge_queue_len().unwrap() > 0, "the compaction waits");
+        d.clock.advance(1);
+    }
+    d.net.clear();
+    d.engine.sync(SyncTrigger::Manual).await.unwrap();
+    assert_eq!(d.engine.purge_queue_len().unwrap(), 0);
+    assert!(d.status(0).push_error.is_none());
+}
+
+#[tokio::test]
+async fn a_blob_chunk_the_relay_does_not_take_does_not_stop_the_pull() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let (a, b) = (Device::new(&secret, &[&relay.url]), Device::new(&secret, &[&relay.url]));
+    b.engine.insert("todos", todo("from-b", "x")).unwrap();
+    b.sync().await;
+    a.engine.put_blob(&[7u8; 1000], "image/png", None).unwrap();
+    a.net.fail("/v1/blobs/", 500, None);
+    let r = a.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(r.relays[0].received, 1, "{r:?}");
+    assert!(a.engine.get("todos", "from-b").unwrap().is_some());
+    assert_eq!(a.status(0).push_error.as_ref().and_then(|e| e.status), Some(500));
 }

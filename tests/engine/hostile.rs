@@ -239,7 +239,8 @@ async fn failures_back_off_exponentially_with_full_jitter_and_honour_retry_after
     let relay = TestRelay::start();
     let d = Device::new(&phrase(), &[&relay.url]);
     d.engine.insert("todos", todo("a", "x")).unwrap();
-    d.net.answer(|_| true, 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(1));
+    // (The push and the pull fail: a relay whose pushes alone fail is still pulled from.)
+    d.net.answer(|_| true, 503, r#"{"error":"busy","message":"later"}"#, Some("120"), Some(2));
     d.engine.sync(SyncTrigger::Poll).await.unwrap();
     let now = simplysync::engine::io::Clock::now_ms(d.clock.as_ref());
     let until = d.status(0).backoff_until.unwrap();
