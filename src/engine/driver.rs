@@ -31,8 +31,16 @@ pub const MAX_PASSES: u32 = 10;
 /// wall clock does not): connections are presumed dead and a pass runs at once.
 pub const SLEEP_GAP_MS: u64 = 30_000;
 /// Waits that end quietly sooner than this are spaced out to it (a relay or proxy answering
-/// 204 at once must not make the channel spin).
+/// 204 at once must not make the channel spin), and so are notices of a head already reached;
+/// while such answers repeat, the spacing doubles, up to [`MAX_WAIT_SPACING_MS`].
 pub const MIN_WAIT_SPACING_MS: u64 = 1_000;
+/// The most a wait that keeps coming back at once is spaced out.
+pub const MAX_WAIT_SPACING_MS: u64 = 60_000;
+
+/// The spacing after the `n`-th wait in a row that came back at once (n ≥ 1).
+pub fn wait_spacing_ms(n: u32) -> u64 {
+    (MIN_WAIT_SPACING_MS << n.saturating_sub(1).min(16)).min(MAX_WAIT_SPACING_MS)
+}
 /// The pause after a local database failure in a live catch-up.
 const LOCAL_FAILURE_PAUSE_MS: u64 = 5_000;
 
@@ -327,6 +335,8 @@ impl Driver {
     /// The live channel of one relay, until it is stopped, removed, closed or unsupported.
     async fn live_loop(&self, url: String) -> String {
         let mut reconnects = self.reconnects.get();
+        // Waits in a row that came back at once and told nothing new.
+        let mut empty_answers = 0u32;
         loop {
             if self.stopped.get() || !self.engine.relay_urls().contains(&url) {
                 self.engine.live_off(&url);
@@ -342,6 +352,18 @@ impl Driver {
                 Either::Left((step, _)) => step,
                 Either::Right(_) => continue,
             };
+            let took = (self.engine.wall.precise_ms() - started).max(0.0) as u64;
+            // A wait that came back at once and told nothing new is spaced out, longer while
+            // such answers repeat; any other answer ends the run.
+            let mut spaced = |told_nothing: bool| {
+                if told_nothing && took < MIN_WAIT_SPACING_MS {
+                    empty_answers = empty_answers.saturating_add(1);
+                    wait_spacing_ms(empty_answers).saturating_sub(took)
+                } else {
+                    empty_answers = 0;
+                    0
+                }
+            };
             let delay = match step {
                 LiveStep::Notice { head, epoch } => {
                     let go_on = || !self.stopped.get();
@@ -349,14 +371,12 @@ impl Driver {
                     self.after_pass().await;
                     match next {
                         Ok(LiveStep::Retry { after_ms }) => after_ms,
-                        Ok(_) => 0,
+                        Ok(LiveStep::Stale) => spaced(true),
+                        Ok(_) => spaced(false),
                         Err(_) => LOCAL_FAILURE_PAUSE_MS,
                     }
                 }
-                LiveStep::Quiet => {
-                    let took = (self.engine.wall.precise_ms() - started).max(0.0) as u64;
-                    MIN_WAIT_SPACING_MS.saturating_sub(took)
-                }
+                LiveStep::Quiet | LiveStep::Stale => spaced(true),
                 LiveStep::Retry { after_ms } => after_ms,
                 LiveStep::Unsupported => return url,
                 LiveStep::Stop => {

@@ -106,6 +106,10 @@ pub enum LiveStep {
     },
     /// The wait ended quietly: wait again at once.
     Quiet,
+    /// A notice of a head this device had already reached (a relay, or a cache in front of
+    /// it, answering the wait with what it answered before): wait again as after a quiet wait
+    /// that came back at once — spaced out, the spacing growing while it repeats.
+    Stale,
     /// Wait again after this many ms.
     Retry {
         /// The delay.
@@ -331,9 +335,12 @@ impl Engine {
         epoch: Option<&str>,
         go_on: &dyn Fn() -> bool,
     ) -> Result<LiveStep, EngineError> {
+        let reached_before = self.caught_up(url, head, epoch)?;
         drop(self.sync_lock.lock().await);
         if self.caught_up(url, head, epoch)? {
-            return Ok(LiveStep::Quiet);
+            // Reached before the notice came: it told nothing new. (Reached by the pass that
+            // was running: that pass pulled what it told.)
+            return Ok(if reached_before { LiveStep::Stale } else { LiveStep::Quiet });
         }
         // The relay just answered: a backoff because it was unreachable is over (one because
         // it answered with an error, and maybe `Retry-After`, still holds).

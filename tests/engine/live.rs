@@ -317,3 +317,34 @@ async fn notices_do_not_override_a_relays_retry_after() {
     })
     .await;
 }
+
+#[tokio::test]
+async fn a_wait_answered_at_once_with_nothing_new_is_spaced_out_longer_each_time_not_spun() {
+    for (status, body) in [(200, r#"{"headSeq":1}"#), (204, "")] {
+        let relay = TestRelay::start();
+        let (a, b) = pair(&relay).await;
+        let drive_b = driver(&b, HOUR_MS, true);
+        let waits = || b.net.started("GET", "/v1/events/wait");
+        driving(&[&drive_b], async {
+            until("B's channel is live", || live_state(&b) == LiveState::Live).await;
+            // From now on a cache in front of the relay answers every wait at once with what
+            // B has read; B's wait held now ends with A's next write.
+            b.net.answer(|r| r.url.contains("/v1/events/wait"), status, body, None, None);
+            a.engine.insert("todos", todo("1", "x")).unwrap();
+            a.sync().await;
+            b.engine.sync(simplysync::engine::SyncTrigger::Manual).await.unwrap();
+            assert!(has(&b, "1"));
+            let before = waits();
+            // Spaced 1 s, 2 s, 4 s…: at most 3 in 3.5 s; spinning would be hundreds (looked at
+            // every 50 ms, so a spin fails at once).
+            for _ in 0..70 {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                let tries = waits() - before;
+                assert!(tries <= 3, "{status}: {tries} waits so soon");
+            }
+            assert!(waits() > before, "{status}: the cache was asked");
+            b.net.clear();
+        })
+        .await;
+    }
+}
