@@ -16,7 +16,7 @@ use std::rc::Rc;
 use super::apply::{quarantine_reason, ApplyRun, Arrival, Outcome};
 use super::events::{ChangeEvent, ChangeSource, Progress};
 use super::io::{Openings, PageOpener};
-use super::relay_api::{error_body, PullAnswer, RelayApi, RelayFailure};
+use super::relay_api::{json_answer, PullAnswer, RelayApi, RelayFailure};
 use super::sent_ahead::SentAhead;
 use super::sync::{PassError, RelayPassReport, BATCH};
 use super::Engine;
@@ -339,32 +339,33 @@ impl Engine {
         Ok(PullEnd::Done)
     }
 
-    /// A pull answered 404. With no cursor yet it means "nothing pushed for this owner"; with
-    /// one, the relay lost the owner — but only if the answer is the relay's own and the relay
-    /// confirms it (`/health` 200, `/v1/status` 404). Anything else is a failure in the status,
-    /// never a re-upload.
+    /// A pull answered 404. With no cursor yet it means "nothing pushed for this owner" (the
+    /// spec), whatever its body; with one, the relay lost the owner — but only if the answer is
+    /// a relay's JSON (any object: the spec fixes no error body, and a proxy's 404 is a page) and
+    /// the relay confirms it (`/health` answering as a relay, `/v1/status` a JSON 404 too).
+    /// Anything else is a failure in the status, never a re-upload.
     async fn unknown_owner(
         &self,
         api: &RelayApi<'_>,
         cursor: &str,
         resp: &super::io::HttpResponse,
     ) -> Result<PullEnd, PassError> {
-        if error_body(resp).is_none() {
+        if cursor.is_empty() {
+            return Ok(PullEnd::Done);
+        }
+        if !json_answer(resp) {
             return Err(RelayFailure::detected(
                 404,
                 "foreign_404",
-                "the pull answered 404 without the relay's JSON error (a proxy's page, or a wrong base \
-                 path?); nothing was re-uploaded"
+                "the pull answered 404 with no JSON object (a proxy's page, or a wrong base path?); nothing \
+                 was re-uploaded"
                     .into(),
             )
             .into());
         }
-        if cursor.is_empty() {
-            return Ok(PullEnd::Done);
-        }
         let healthy = api.health().await?;
         let status = api.status_raw().await?;
-        if healthy && status.status == 404 && error_body(&status).is_some() {
+        if healthy && status.status == 404 && json_answer(&status) {
             return Ok(PullEnd::Wiped(
                 "the relay no longer knows this owner (404 after pulling, confirmed by /health and /v1/status)".into(),
             ));

@@ -80,6 +80,13 @@ impl RelayFailure {
 }
 
 /// The relay's JSON error body, if the answer carries one.
+/// Whether an answer is a relay's JSON: an object (the spec fixes no error body, so any; a
+/// proxy's or a web server's 404 is a page). What tells a relay's own "unknown owner" from a
+/// page that happens to be a 404 (PROTOCOL.md, "A relay is treated as wiped").
+pub fn json_answer(resp: &HttpResponse) -> bool {
+    matches!(crate::protocol::json_parse::parse_json_bytes(&resp.body), Ok(crate::protocol::Json::Object(_)))
+}
+
 pub fn error_body(resp: &HttpResponse) -> Option<ErrorBody> {
     read_json::<ErrorBody>(&resp.body, "error body").ok()
 }
@@ -353,18 +360,18 @@ impl<'a> RelayApi<'a> {
     }
 
     /// A 404 from `what` means "this relay does not know the owner" only when it is the relay's
-    /// own JSON error and `GET /v1/status` says 404 too; a proxy's page or a wrong base path must
-    /// not clear a queue of work (a purge, a close).
+    /// own JSON (any object: the spec fixes no error body) and `GET /v1/status` says 404 in JSON
+    /// too; a proxy's page or a wrong base path must not clear a queue of work (a purge, a close).
     async fn confirm_unknown_owner(&self, what: &str, resp: &HttpResponse) -> Result<(), RelayFailure> {
-        if error_body(resp).is_none() {
+        if !json_answer(resp) {
             return Err(RelayFailure::detected(
                 404,
                 "foreign_404",
-                format!("{what} answered 404 without the relay's JSON error (a proxy's page, or a wrong base path?)"),
+                format!("{what} answered 404 with no JSON object (a proxy's page, or a wrong base path?)"),
             ));
         }
         let status = self.status_raw().await?;
-        if status.status == 404 && error_body(&status).is_some() {
+        if status.status == 404 && json_answer(&status) {
             return Ok(());
         }
         Err(RelayFailure::detected(

@@ -498,3 +498,37 @@ async fn a_page_that_names_a_deferred_event_twice_defers_it_once() {
     let attempts = older.engine.query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
     assert_eq!(attempts[0].get("n").unwrap().as_f64(), Some(0.0), "each filed once");
 }
+
+/// Rewrites every 404 of the relay into the body another spec relay answers (the spec fixes
+/// no error body): `{"error": "unknown owner", "status": 404}`.
+fn other_relays_404s(d: &Device) {
+    *d.net.rewrite.borrow_mut() = Some(Box::new(|_, mut resp: HttpResponse| {
+        if resp.status == 404 {
+            resp.body = br#"{"error":"unknown owner","status":404}"#.to_vec();
+        }
+        resp
+    }));
+}
+
+#[tokio::test]
+async fn a_wiped_relay_whose_404s_are_another_relays_json_is_re_seeded_and_a_new_device_sees_no_error() {
+    let mut relay = TestRelay::start();
+    let secret = phrase();
+    // A new device against an empty relay: its first pull's 404 means "nothing there yet".
+    let d = Device::new(&secret, &[&relay.url]);
+    other_relays_404s(&d);
+    let r = d.sync().await;
+    assert_eq!(r.relays[0].error, None, "{r:?}");
+    for i in 0..3 {
+        d.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
+    }
+    d.sync().await;
+    relay.wipe_and_restart();
+    let r = d.sync().await;
+    assert!(r.relays[0].reseeded.is_some(), "{r:?}");
+    d.sync().await;
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 3, "re-seeded");
+    let fresh = Device::new(&secret, &[&relay.url]);
+    fresh.sync().await;
+    assert_eq!(fresh.todos().len(), 3);
+}
