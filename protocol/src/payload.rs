@@ -68,22 +68,27 @@ fn str_field<'a>(v: &'a Json, field: &'static str) -> Result<&'a str, PayloadErr
 }
 
 impl PayloadHead {
-    /// Reads schema version, table and HLC.
-    pub fn read(v: &Json) -> Result<PayloadHead, PayloadError> {
+    /// Reads the schema version alone: a receiver defers a payload of a newer version before
+    /// reading anything else of it (its other fields may mean something else there). Missing, it
+    /// is 1 (the spec: `schemaVersion` defaults to 1).
+    pub fn schema_version(v: &Json) -> Result<u32, PayloadError> {
         if !matches!(v, Json::Object(_)) {
             return Err(field_err("payload", format!("expected an object, got {}", v.type_name())));
         }
-        let schema_version = match v.get("schemaVersion") {
+        match v.get("schemaVersion") {
             Some(Json::Number(n)) => n
                 .as_safe_integer()
                 .filter(|i| (1..=i64::from(u32::MAX)).contains(i))
                 .map(|i| i as u32)
-                .ok_or_else(|| field_err("schemaVersion", "expected a positive integer"))?,
-            Some(other) => {
-                return Err(field_err("schemaVersion", format!("expected a number, got {}", other.type_name())))
-            }
-            None => return Err(field_err("schemaVersion", "missing")),
-        };
+                .ok_or_else(|| field_err("schemaVersion", "expected a positive integer")),
+            Some(other) => Err(field_err("schemaVersion", format!("expected a number, got {}", other.type_name()))),
+            None => Ok(1),
+        }
+    }
+
+    /// Reads schema version, table and HLC.
+    pub fn read(v: &Json) -> Result<PayloadHead, PayloadError> {
+        let schema_version = PayloadHead::schema_version(v)?;
         let table = str_field(v, "table")?;
         if table.is_empty() {
             return Err(field_err("table", "empty"));

@@ -197,19 +197,22 @@ impl Engine {
     fn classify_plain(&self, env: &SyncEnvelope, plain: &[u8], now: u64) -> Result<(SyncPayload, Classified), Verdict> {
         let json = parse_json_bytes(plain)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
+        // A newer schema version first, whatever the rest looks like: it may mean other things.
+        let version = PayloadHead::schema_version(&json)
+            .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
+        if version > self.schema.version {
+            return Err(Verdict::Defer(
+                defer_reason::FUTURE_SCHEMA,
+                format!("schema version {version} (this app understands {})", self.schema.version),
+                None,
+            ));
+        }
         let head = PayloadHead::read(&json)
             .map_err(|e| Verdict::Quarantine(quarantine_reason::MALFORMED_PAYLOAD, e.to_string()))?;
         if head.hlc.to_text() != env.event_id {
             return Err(Verdict::Quarantine(
                 quarantine_reason::EVENT_ID_MISMATCH,
                 format!("eventId {} but payload hlc {}", env.event_id, head.hlc),
-            ));
-        }
-        if head.schema_version > self.schema.version {
-            return Err(Verdict::Defer(
-                defer_reason::FUTURE_SCHEMA,
-                format!("schema version {} (this app understands {})", head.schema_version, self.schema.version),
-                None,
             ));
         }
         let unknown_table =

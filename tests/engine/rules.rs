@@ -237,3 +237,43 @@ fn databases_use_wal_with_full_synchronous_commits_as_the_readme_promises() {
     let sql: String = conn.query_row("SELECT sql FROM sqlite_master WHERE name = 'todos'", [], |r| r.get(0)).unwrap();
     assert!(sql.ends_with("WITHOUT ROWID"), "{sql}");
 }
+
+#[tokio::test]
+async fn a_newer_schema_version_waits_whatever_its_other_fields_say_and_a_missing_one_is_version_one() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    push_crafted(
+        &relay,
+        &secret,
+        &[
+            // Version 2 may mean anything else: no table, an hlc of another shape, no row.
+            (&hlc(1), r#"{"schemaVersion":2,"hlc":"not an hlc","rows":[]}"#.to_owned()),
+            (&hlc(2), format!(r#"{{"schemaVersion":2,"table":"todos","rowId":"x","hlc":"{}"}}"#, hlc(3))),
+            // No version: the spec's default, 1.
+            (
+                &hlc(4),
+                format!(
+                    r#"{{"deleted":false,"hlc":"{}","row":{{"title":"v1"}},"rowId":"unversioned","table":"todos"}}"#,
+                    hlc(4)
+                ),
+            ),
+            // A version that is not a positive integer is malformed.
+            (
+                &hlc(5),
+                format!(
+                    r#"{{"schemaVersion":"2","deleted":false,"hlc":"{}","row":{{}},"rowId":"s","table":"todos"}}"#,
+                    hlc(5)
+                ),
+            ),
+        ],
+    )
+    .await;
+    let d = Device::new(&secret, &[&relay.url]);
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].applied, r.relays[0].deferred, r.relays[0].quarantined), (1, 2, 1), "{r:?}");
+    let deferred: Vec<(String, String)> =
+        d.engine.deferred().unwrap().into_iter().map(|e| (e.event_id, e.reason)).collect();
+    assert_eq!(deferred, [(hlc(1), "FUTURE_SCHEMA".to_owned()), (hlc(2), "FUTURE_SCHEMA".to_owned())]);
+    assert_eq!(d.engine.get("todos", "unversioned").unwrap().unwrap().get("title").unwrap().as_str(), Some("v1"));
+    assert_eq!(d.engine.quarantined().unwrap()[0].reason, "MALFORMED_PAYLOAD");
+}
