@@ -277,3 +277,43 @@ async fn from_the_command_line_a_newer_apps_column_survives_an_older_apps_edit_a
         assert_eq!((&v["notes"][0]["title"], &v["notes"][0]["body"]), (&"by a".into(), &"by b".into()), "{d}: {v}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_needs_the_apps_schema_and_names_the_tables_and_reasons_of_what_waits() {
+    let relay = TestRelay::start();
+    let secret = phrase();
+    let a = Device::open(DeviceSpec {
+        secret: &secret,
+        relays: vec![relay.url.clone()],
+        schema: todo_schema(1, &["notes"]),
+        db_path: None,
+        clock_ms: T0,
+    });
+    a.engine.insert("todos", todo("1", "x")).unwrap();
+    a.engine
+        .insert(
+            "notes",
+            serde_json::from_str::<serde_json::Value>(r#"{"id":"n","body":"y"}"#).map(|v| (&v).into()).unwrap(),
+        )
+        .unwrap();
+    a.sync().await;
+    let dir = temp_dir("cli-restore");
+    let db = dir.join("new.sqlite");
+    let out = cli(&["restore", "--db", db.to_str().unwrap(), "--relay", &relay.url], &secret);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("needs the app's schema: pass --schema FILE"));
+    // The app's schema without notes: its event waits, and the restore says so.
+    let schema = dir.join("schema.json");
+    std::fs::write(&schema, serde_json::to_string(&todo_schema(1, &[])).unwrap()).unwrap();
+    let out = cli(
+        &["restore", "--db", db.to_str().unwrap(), "--relay", &relay.url, "--schema", schema.to_str().unwrap()],
+        &secret,
+    );
+    let v = ok_json(&out);
+    assert_eq!(v["deferred"], 1);
+    assert_eq!(
+        v["deferredEvents"],
+        serde_json::json!([{"reason": "UNKNOWN_TABLE", "detail": "table \"notes\"", "count": 1}])
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("1 event(s) wait: UNKNOWN_TABLE (table \"notes\")"));
+}

@@ -141,6 +141,26 @@ pub(crate) fn pretty(v: &impl serde::Serialize) -> Result<String, String> {
     serde_json::to_string_pretty(v).map_err(|e| e.to_string())
 }
 
+/// The events the engine holds back (deferred), grouped by reason and what it names (a table,
+/// a column, a schema version): `[{reason, detail, count}]`. Each group is also told on stderr,
+/// so a sync or restore that left events waiting says which and why.
+fn deferred_summary(engine: &Engine) -> Result<Vec<serde_json::Value>, String> {
+    let mut groups: Vec<(String, String, u64)> = Vec::new();
+    for held in engine.deferred().map_err(|e| e.to_string())? {
+        match groups.iter_mut().find(|(r, d, _)| *r == held.reason && *d == held.detail) {
+            Some(g) => g.2 += 1,
+            None => groups.push((held.reason, held.detail, 1)),
+        }
+    }
+    for (reason, detail, count) in &groups {
+        eprintln!("{count} event(s) wait: {reason} ({detail})");
+    }
+    Ok(groups
+        .into_iter()
+        .map(|(reason, detail, count)| serde_json::json!({"reason": reason, "detail": detail, "count": count}))
+        .collect())
+}
+
 /// Opens the engine on `store`'s database; `relays: None` keeps the relays stored there.
 pub(crate) fn open(store: &Store, relays: Option<Vec<String>>, timeout_ms: u32) -> Result<Engine, String> {
     let path = store.db.to_str().ok_or("the --db path is not UTF-8")?;
@@ -185,6 +205,7 @@ async fn run(command: Command) -> Result<String, String> {
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
             if once {
                 let report = engine.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(|e| e.to_string())?;
+                deferred_summary(&engine)?;
                 let failed = report.relays.iter().any(|r| r.error.is_some());
                 let text = pretty(&report)?;
                 return if failed { Err(format!("a relay failed:\n{text}")) } else { Ok(text) };
@@ -215,9 +236,16 @@ async fn run(command: Command) -> Result<String, String> {
             Ok(String::new())
         }
         Command::Restore { store, relays } => {
+            let schema_given = store.schema.is_some();
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
             if engine.relay_urls().is_empty() {
                 return Err("restore needs a relay: pass --relay URL".into());
+            }
+            // (Only the engine's own `blob` table: no app schema was given or stored.)
+            if !schema_given && engine.schema().tables().count() == 1 {
+                return Err("restore into a new database needs the app's schema: pass --schema FILE (without it \
+                            every event would wait for tables this database does not declare)"
+                    .into());
             }
             let opts = ListOptions { include_deleted: true, limit: Some(1), ..Default::default() };
             let mut has_rows = false;
@@ -236,10 +264,14 @@ async fn run(command: Command) -> Result<String, String> {
                 ));
             }
             let received: u64 = report.relays.iter().map(|r| r.received).sum();
-            let deferred: u64 = report.relays.iter().map(|r| r.deferred).sum();
-            pretty(
-                &serde_json::json!({ "ownerId": engine.owner_id(), "eventsReceived": received, "deferred": deferred }),
-            )
+            let held = deferred_summary(&engine)?;
+            let deferred: u64 = held.iter().map(|h| h["count"].as_u64().unwrap_or(0)).sum();
+            pretty(&serde_json::json!({
+                "ownerId": engine.owner_id(),
+                "eventsReceived": received,
+                "deferred": deferred,
+                "deferredEvents": held,
+            }))
         }
         Command::Status { store, relays } => {
             let engine = open(&store, relays.list(), relays.timeout_ms)?;
