@@ -888,3 +888,27 @@ async fn a_newer_whole_row_version_without_a_kept_column_clears_it() {
     assert_eq!(cell(&a, "todos", "t1", "priority"), Some(json("0")));
     assert_eq!(cell(&a, "todos", "t1", "title"), Some(json(r#""from b""#)));
 }
+
+#[tokio::test]
+async fn a_column_merge_write_superseded_before_it_left_is_not_sent() {
+    let relay = TestRelay::start();
+    let a = fresh(&phrase(), &relay, v1());
+    let pushed = |r: simplysync::engine::SyncReport| r.relays[0].pushed;
+    // The insert and the title's last value go; the title's first edit was superseded.
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"t"}"#)).unwrap();
+    a.engine.update("notes", "n1", json(r#"{"title":"first"}"#)).unwrap();
+    a.engine.update("notes", "n1", json(r#"{"title":"second"}"#)).unwrap();
+    assert_eq!(pushed(a.sync().await), 2);
+    // A delete undone by an insert before it left: only the insert goes.
+    a.engine.delete("notes", "n1").unwrap();
+    a.engine.insert("notes", json(r#"{"id":"n1","title":"back"}"#)).unwrap();
+    assert_eq!(pushed(a.sync().await), 1);
+    // A row written whole twice: the later whole row only.
+    a.engine.insert("notes", json(r#"{"id":"n2","title":"one"}"#)).unwrap();
+    a.engine.delete("notes", "n2").unwrap();
+    a.engine.insert("notes", json(r#"{"id":"n2","title":"two"}"#)).unwrap();
+    assert_eq!(pushed(a.sync().await), 1);
+    let c = fresh(&a.engine.recovery_secret(), &relay, v1());
+    c.sync().await;
+    assert_eq!(state(&c), state(&a));
+}
