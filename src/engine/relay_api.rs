@@ -91,10 +91,32 @@ pub fn error_body(resp: &HttpResponse) -> Option<ErrorBody> {
     read_json::<ErrorBody>(&resp.body, "error body").ok()
 }
 
+/// The most of a relay's error text the engine keeps (a code, a message, a header): a relay
+/// cannot fill the status, its listeners or the logs with megabytes.
+pub const MAX_RELAY_TEXT: usize = 1024;
+
+/// `text` cut to [`MAX_RELAY_TEXT`] bytes (at a character boundary), `…` marking a cut.
+pub fn bounded(mut text: String) -> String {
+    if text.len() > MAX_RELAY_TEXT {
+        let mut cut = MAX_RELAY_TEXT;
+        while !text.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        text.truncate(cut);
+        text.push('…');
+    }
+    text
+}
+
 fn failure(resp: &HttpResponse) -> RelayFailure {
-    let retry_after = resp.retry_after.clone();
+    let retry_after = resp.retry_after.clone().map(bounded);
     match error_body(resp) {
-        Some(e) => RelayFailure::Http { status: resp.status, code: Some(e.error), message: e.message, retry_after },
+        Some(e) => RelayFailure::Http {
+            status: resp.status,
+            code: Some(bounded(e.error)),
+            message: bounded(e.message),
+            retry_after,
+        },
         None => RelayFailure::Http {
             status: resp.status,
             code: None,
@@ -172,7 +194,7 @@ fn transport_failure(e: TransportError) -> RelayFailure {
     if e.is_response_too_large() {
         RelayFailure::detected(200, "response_too_large", e.0)
     } else {
-        RelayFailure::Network(e.0)
+        RelayFailure::Network(bounded(e.0))
     }
 }
 

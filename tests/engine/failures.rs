@@ -248,3 +248,20 @@ async fn a_blob_chunk_the_relay_does_not_take_does_not_stop_the_pull() {
     assert!(a.engine.get("todos", "from-b").unwrap().is_some());
     assert_eq!(a.status(0).push_error.as_ref().and_then(|e| e.status), Some(500));
 }
+
+#[tokio::test]
+async fn a_relays_error_text_is_kept_to_a_kibibyte() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("a", "x")).unwrap();
+    let long = "é".repeat(100_000);
+    let body = serde_json::json!({"error": "x".repeat(5_000), "message": long}).to_string();
+    let body: &'static str = Box::leak(body.into_boxed_str());
+    d.net.answer(|r| r.url.contains("/v1/events"), 500, body, None, None);
+    let r = d.sync().await;
+    let e = r.relays[0].error.clone().unwrap();
+    assert!(e.message.len() <= 1024 + 8 && e.message.ends_with('…'), "{}", e.message.len());
+    assert!(e.code.unwrap().len() <= 1024 + 3);
+    let s = d.status(0);
+    assert!(s.error.unwrap().message.len() <= 1024 + 8);
+}
