@@ -351,16 +351,22 @@ impl Engine {
         .await;
         for (url, answer) in urls.into_iter().zip(answers) {
             match answer {
-                Ok(Some(s)) => {
-                    let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
-                    let behind = cursor.is_some_and(|c| s.account.head_seq < c);
-                    if s.account.events == 0 && behind {
+                Ok(Some(mut s)) => {
+                    if self.relay_looks_wiped(&url, &s.account)? {
+                        // Decided under the sync lock, on the cursor and the relay's account as
+                        // they are then: a pass that ran meanwhile (a re-seed, a pull) may have
+                        // made the answer stale.
                         let _guard = self.sync_lock.lock().await;
-                        let reason = "relay reports no events and a head seq behind our cursor";
-                        if let Err(f) = self.reseed_allowed(&url, reason) {
-                            self.record_failure(&url, &f);
-                        } else {
-                            self.handle_wiped(&url, reason)?;
+                        if let Ok(Some(again)) = self.api(&url, &identity).status().await {
+                            s = again;
+                            if self.relay_looks_wiped(&url, &s.account)? {
+                                let reason = "relay reports no events and a head seq behind our cursor";
+                                if let Err(f) = self.reseed_allowed(&url, reason) {
+                                    self.record_failure(&url, &f);
+                                } else {
+                                    self.handle_wiped(&url, reason)?;
+                                }
+                            }
                         }
                     }
                     self.with_relay(&url, |r| r.account = Some(s.account));
@@ -378,6 +384,13 @@ impl Engine {
             }
         }
         self.relay_statuses_local()
+    }
+
+    /// The spec's backstop: a relay that reports no events and a head seq behind this device's
+    /// cursor lost the owner's data.
+    fn relay_looks_wiped(&self, url: &str, account: &AccountInfo) -> Result<bool, EngineError> {
+        let cursor = self.meta(&format!("cursor:{url}"))?.and_then(|c| c.parse::<u64>().ok());
+        Ok(account.events == 0 && cursor.is_some_and(|c| account.head_seq < c))
     }
 
     /// A client for `url` as `identity`, with this engine's request timeout.
