@@ -7,7 +7,7 @@ use super::events::{ChangeEvent, ChangeSource, RowChange};
 use super::schema::BLOB_TABLE;
 use super::sync::PassError;
 use super::{Engine, EngineError};
-use crate::store::{clocks, kept, outbox, purged, rows};
+use crate::store::{clocks, kept, outbox, purged, rows, set_aside};
 
 /// Stream ids per `POST /v1/streams/compact` (the default `MAX_STREAMS_PER_COMPACT`).
 pub const PURGE_BATCH: u32 = 500;
@@ -67,6 +67,10 @@ impl Engine {
                 }
                 purged.push(RowChange { table: table.clone(), id: id.clone() });
             }
+            // Room will be freed: what relays refused on its own is tried again.
+            if !purged.is_empty() {
+                set_aside::clear(tx, None)?;
+            }
             self.record_request(tx, &(purged.len() as u64))?;
             Ok(purged)
         })?;
@@ -119,6 +123,8 @@ impl Engine {
                 for id in &ids {
                     del.execute(params![url, id])?;
                 }
+                // The relay freed room: what it refused on its own is tried again.
+                set_aside::clear(tx, Some(url))?;
                 Ok(())
             })?;
         }

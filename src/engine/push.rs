@@ -159,7 +159,25 @@ impl Engine {
                 }
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
-                // It refuses this one event on its own: set it aside for this relay, go on.
+                // One event within the limits this engine writes to (`maxEventBytes`, the
+                // relays' limit): the relay refuses it for room, whatever its body says.
+                Err(f) if f.is_too_large() && batch[0].envelope.len() <= self.options.max_event_bytes => {
+                    return Err(RelayFailure::detected(
+                        413,
+                        "quota_exceeded",
+                        format!(
+                            "the relay refused event {} alone, within this engine's maxEventBytes ({}): it \
+                             is out of room ({})",
+                            batch[0].event_id,
+                            self.options.max_event_bytes,
+                            f.message()
+                        ),
+                    )
+                    .into());
+                }
+                // It refuses this one event on its own, larger than this engine's limit says
+                // relays take (a relay with a smaller MAX_EVENT_BYTES than `maxEventBytes`): set
+                // it aside for this relay, go on.
                 Err(f) if f.is_too_large() => {
                     let item = &batch[0];
                     let reason = format!("event {} refused by the relay: {}", item.event_id, f.message());

@@ -35,9 +35,11 @@ async fn terminal_statuses_back_automatic_passes_off_for_five_minutes_but_not_wr
         d.clock.advance(FIVE_MIN + 1);
         d.net.clear();
         if status == 413 {
-            // A lone event answered 413 is set aside for this relay (a relay with smaller limits).
-            assert_eq!(d.engine.relay_statuses_local().unwrap()[0].set_aside.events, 1);
-            assert_eq!(d.engine.retry_set_aside().unwrap(), 1);
+            // A lone event within this engine's limits answered 413 is the relay out of room,
+            // whatever its body says: nothing is set aside, pushes wait.
+            let s = &d.engine.relay_statuses_local().unwrap()[0];
+            assert_eq!(s.set_aside.events, 0);
+            assert_eq!(s.push_error.as_ref().and_then(|e| e.code.as_deref()), Some("quota_exceeded"));
         }
         let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
         assert_eq!(r.relays[0].pushed, 1, "{status}: resumes after the backoff");

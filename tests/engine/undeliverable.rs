@@ -2,7 +2,7 @@
 //! relay are refused at write time; an item one relay refuses on its own is set aside for that
 //! relay; an owner over quota can still pull and purge its way back under it.
 
-use crate::harness::{phrase, todo, Device, TestRelay};
+use crate::harness::{phrase, temp_dir, todo, Device, DeviceSpec, TestRelay, T0};
 use simplysync::engine::io::HttpRequest;
 use simplysync::engine::{EngineOptions, RelayState, SyncTrigger, DEFAULT_MAX_EVENT_BYTES};
 use simplysync::protocol::Json;
@@ -94,9 +94,15 @@ async fn an_event_one_relay_refuses_on_its_own_is_set_aside_for_that_relay_and_t
     let small = TestRelay::start();
     let big = TestRelay::start();
     let secret = phrase();
-    let d = Device::new(&secret, &[&small.url, &big.url]);
-    let refused = d.engine.insert("todos", todo("huge", "refused by the small relay")).unwrap();
+    // Written while the app said relays take 256 KiB; the app now says 4 KiB (its small relay).
+    let path = temp_dir("set-aside").join("db.sqlite");
+    let spec = || DeviceSpec::on_file(&secret, &[&small.url, &big.url], &path, T0);
+    let d = Device::open(spec());
+    let refused = d.engine.insert("todos", todo("huge", &"x".repeat(10_000))).unwrap();
     let refused_id = refused.get("updatedAt").unwrap().as_str().unwrap().to_owned();
+    drop(d);
+    let options = EngineOptions { max_event_bytes: 4096, ..EngineOptions::default() };
+    let d = Device::try_open_with(spec(), options).unwrap();
     for i in 0..5 {
         d.engine.insert("todos", todo(&format!("r{i}"), "fine")).unwrap();
     }
@@ -130,6 +136,13 @@ async fn an_event_one_relay_refuses_on_its_own_is_set_aside_for_that_relay_and_t
     other.sync().await;
     d.sync().await;
     assert!(d.engine.get("todos", "o").unwrap().is_some());
+
+    // A purge frees room: what was set aside is tried again (and set aside again: too large).
+    d.engine.delete("todos", "r0").unwrap();
+    d.engine.purge_deleted().unwrap();
+    assert_eq!(d.status(0).set_aside.events, 0);
+    let r = d.sync().await;
+    assert_eq!(r.relays[0].set_aside, 1, "{r:?}");
 
     // Once the relay takes it (limits raised), a retry delivers it and the outbox empties.
     d.net.clear();
@@ -218,4 +231,32 @@ async fn compact_requests_are_halved_for_a_relay_with_a_smaller_streams_per_comp
     assert_eq!(d.engine.purge_queue_len().unwrap(), 0);
     assert_eq!(relay.events_of(&d.engine.owner_id()), 0);
     assert!(d.net.sent("POST", "/v1/streams/compact") >= 4, "10 streams in batches of at most 3");
+}
+
+#[tokio::test]
+async fn a_413_for_one_event_within_the_limits_is_the_relay_out_of_room_and_a_purge_retries_what_was_set_aside() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    for i in 0..8 {
+        d.engine.insert("todos", todo(&format!("r{i}"), "fine")).unwrap();
+    }
+    // A relay out of room that says 413 without quota_exceeded: the batch is halved down to one
+    // event, and then pushes wait — the outbox is not set aside one event after another.
+    d.net.answer(
+        |r| r.method == simplysync::engine::io::Method::Post && r.url.ends_with("/v1/events"),
+        413,
+        r#"{"error":"too_large","message":"no"}"#,
+        None,
+        None,
+    );
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[0].set_aside), (0, 0), "{r:?}");
+    let s = d.status(0);
+    assert_eq!((s.set_aside.events, s.pending), (0, 8));
+    assert_eq!(s.push_error.as_ref().and_then(|e| e.code.as_deref()), Some("quota_exceeded"));
+    // Room comes back: the next write pushes everything.
+    d.net.clear();
+    d.engine.insert("todos", todo("later", "x")).unwrap();
+    let r = d.engine.sync(SyncTrigger::Write).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 9);
 }
