@@ -107,8 +107,12 @@ impl Engine {
         for url in self.relay_urls() {
             match self.api(&url, identity).blob_get(&chunk.hash).await {
                 Ok(Some(bytes)) => {
-                    // Verify before caching: a relay cannot plant bytes under a hash.
-                    decrypt_blob_chunk(identity, m, index, &bytes)?;
+                    // Verify before caching: a relay cannot plant bytes under a hash. Bytes that
+                    // fail (their hash, their decryption) are that relay's fault: the next is asked.
+                    if let Err(e) = decrypt_blob_chunk(identity, m, index, &bytes) {
+                        reasons.push(format!("{url}: its copy failed verification ({e})"));
+                        continue;
+                    }
                     self.write(|tx| {
                         tx.execute(
                             "INSERT OR IGNORE INTO _sync_blob_chunks (hash, blob_id, idx, bytes, local) VALUES (?1, ?2, ?3, ?4, 0)",
@@ -186,8 +190,23 @@ impl Engine {
                     Err(f) if f.is_too_large() => {
                         let reason = format!("blob chunk {hash} refused by the relay: {}", f.message());
                         let now = self.now();
-                        self.write(|tx| Ok(set_aside::set_aside(tx, url, Kind::Chunk, &hash, &reason, now)?))?;
-                        report.set_aside += 1;
+                        // Its manifest is held back from that relay too: a reader there would find
+                        // a blob it cannot read.
+                        let manifests = self.write(|tx| {
+                            set_aside::set_aside(tx, url, Kind::Chunk, &hash, &reason, now)?;
+                            let mut stmt = tx.prepare_cached(
+                                "SELECT o.event_id FROM _sync_outbox o JOIN _sync_blob_chunks c ON c.blob_id = o.row_id
+                                 WHERE c.hash = ?1 AND o.table_name = ?2",
+                            )?;
+                            let ids: Vec<String> =
+                                stmt.query_map(params![hash, BLOB_TABLE], |r| r.get(0))?.collect::<Result<_, _>>()?;
+                            let why = format!("its blob's chunk {hash} was set aside for this relay");
+                            for id in &ids {
+                                set_aside::set_aside(tx, url, Kind::Event, id, &why, now)?;
+                            }
+                            Ok(ids.len() as u64)
+                        })?;
+                        report.set_aside += 1 + manifests;
                         continue;
                     }
                     Err(f) => return Err(f.into()),

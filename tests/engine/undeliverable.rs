@@ -155,7 +155,7 @@ async fn an_event_one_relay_refuses_on_its_own_is_set_aside_for_that_relay_and_t
 }
 
 #[tokio::test]
-async fn a_blob_chunk_one_relay_refuses_is_set_aside_and_the_manifest_still_goes_out() {
+async fn a_blob_chunk_one_relay_refuses_is_set_aside_with_its_manifest_until_it_goes() {
     let relay = TestRelay::start();
     let d = Device::new(&phrase(), &[&relay.url]);
     let m = d.engine.put_blob(&[7u8; 40_000], "application/octet-stream", Some(16_384)).unwrap();
@@ -168,13 +168,61 @@ async fn a_blob_chunk_one_relay_refuses_is_set_aside_and_the_manifest_still_goes
         None,
     );
     let r = d.sync().await;
-    assert_eq!(r.relays[0].set_aside, 1, "{r:?}");
-    assert_eq!(r.relays[0].pushed, 1, "the manifest row is pushed");
-    assert_eq!(d.status(0).set_aside.chunks, 1);
+    assert_eq!(r.relays[0].set_aside, 2, "the chunk and its manifest: {r:?}");
+    assert_eq!(r.relays[0].pushed, 0, "the manifest is held back: a reader there could not read the blob");
+    assert_eq!((d.status(0).set_aside.chunks, d.status(0).set_aside.events), (1, 1));
+    assert_eq!(relay.events_of(&d.engine.owner_id()), 0);
     assert_eq!(d.count("_sync_blob_chunks"), 3, "the chunk is kept locally");
     assert_eq!(d.net.sent("PUT", "/v1/blobs/"), 3);
     d.sync().await;
     assert_eq!(d.net.sent("PUT", "/v1/blobs/"), 3, "a set-aside chunk is not offered again in later passes");
+    // The relay takes it once retried (its limit raised): the chunk, then the manifest.
+    d.net.clear();
+    d.engine.retry_set_aside().unwrap();
+    let r = d.sync().await;
+    assert_eq!(r.relays[0].pushed, 1, "{r:?}");
+    let other = Device::new(&d.engine.recovery_secret(), &[&relay.url]);
+    other.sync().await;
+    let (_, bytes) = other.engine.get_blob(&m.blob_id).await.unwrap();
+    assert_eq!(bytes, vec![7u8; 40_000]);
+}
+
+#[tokio::test]
+async fn a_blob_chunk_that_fails_verification_on_one_relay_is_read_from_the_next() {
+    let (first, second) = (TestRelay::start(), TestRelay::start());
+    let secret = phrase();
+    let a = Device::new(&secret, &[&first.url, &second.url]);
+    let m = a.engine.put_blob(&[9u8; 30_000], "application/octet-stream", Some(16_384)).unwrap();
+    a.sync().await;
+    let b = Device::new(&secret, &[&first.url, &second.url]);
+    b.sync().await;
+    // The first relay serves altered bytes for every chunk.
+    let first_url = first.url.clone();
+    *b.net.rewrite.borrow_mut() = Some(Box::new(move |req, mut resp: simplysync::engine::io::HttpResponse| {
+        if req.url.starts_with(&first_url) && req.url.contains("/v1/blobs/") && resp.status == 200 {
+            if let Some(x) = resp.body.last_mut() {
+                *x ^= 1;
+            }
+        }
+        resp
+    }));
+    let (_, bytes) = b.engine.get_blob(&m.blob_id).await.unwrap();
+    assert_eq!(bytes, vec![9u8; 30_000]);
+    // Where no relay has good bytes, the reader gets BLOB_UNAVAILABLE naming why.
+    let c = Device::new(&secret, &[&first.url]);
+    c.sync().await;
+    let first_url = first.url.clone();
+    *c.net.rewrite.borrow_mut() = Some(Box::new(move |req, mut resp: simplysync::engine::io::HttpResponse| {
+        if req.url.starts_with(&first_url) && req.url.contains("/v1/blobs/") && resp.status == 200 {
+            if let Some(x) = resp.body.last_mut() {
+                *x ^= 1;
+            }
+        }
+        resp
+    }));
+    let e = c.engine.get_blob(&m.blob_id).await.unwrap_err();
+    assert_eq!(e.code(), "BLOB_UNAVAILABLE");
+    assert!(e.to_string().contains("failed verification"), "{e}");
 }
 
 #[tokio::test]
