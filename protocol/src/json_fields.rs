@@ -116,9 +116,13 @@ impl<'a> Fields<'a> {
         self.get(key).map(|v| self.whole(key, v)).transpose()
     }
 
-    /// A whole number in `0..=2^53-1`, `0` when missing.
+    /// A whole number in `0..=2^53-1`, `0` when missing (serde's `#[serde(default)]`: `null` is
+    /// not missing, and is refused).
     pub fn u64_or_zero(&self, key: &str) -> Result<u64, FieldError> {
-        Ok(self.opt_u64(key)?.unwrap_or(0))
+        match self.map.get(key) {
+            None => Ok(0),
+            Some(v) => self.whole(key, v),
+        }
     }
 
     /// A required whole number that fits a `u32`.

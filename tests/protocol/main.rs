@@ -33,6 +33,7 @@ impl Rng {
 mod blob;
 mod canonical;
 mod envelope;
+mod fuzz;
 mod hlc;
 mod identity;
 mod locked_vectors;
