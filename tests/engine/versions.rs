@@ -181,6 +181,12 @@ fn a_default_is_fixed_when_its_column_is_added_and_must_fit_its_type() {
     dropped.tables[0].columns[2].default = None;
     let e = Device::try_open(spec(dropped)).unwrap_err();
     assert!(e.to_string().contains("default 0 but is declared with default none"), "{e}");
+    // A type never changes in place either.
+    let mut retyped = v2();
+    retyped.tables[0].columns[2] = ColumnDef::new("priority", ColumnType::Text).with_default(&json(r#""0""#));
+    let e = Device::try_open(spec(retyped)).unwrap_err();
+    assert_eq!(e.code(), "SCHEMA_INVALID");
+    assert!(e.to_string().contains("todos.priority is INTEGER in the database but declared TEXT"), "{e}");
     let mut wrong = v2();
     wrong.tables[0].columns[2] = ColumnDef::new("priority", ColumnType::Integer).with_default(&json(r#""high""#));
     let e = Device::try_open(DeviceSpec { db_path: None, ..spec(wrong) }).unwrap_err();
@@ -247,12 +253,23 @@ fn declared_indexes_are_created_and_dropped_with_the_schema() {
     assert!(plan.contains("todos.by.done.updatedAt"), "{plan}");
     let mut other = v2();
     other.tables[0].indexes = vec![vec!["priority".into()]];
+    // Eight columns is as many as an index may have.
+    let mut eight = v2();
+    eight.tables[0].columns.extend((0..3).map(|i| ColumnDef::new(&format!("c{i}"), ColumnType::Text)));
+    eight.tables[0].indexes =
+        vec![["id", "updatedAt", "deleted", "title", "done", "c0", "c1", "c2"].iter().map(|c| c.to_string()).collect()];
+    drop(Device::open(DeviceSpec { db_path: None, ..spec(eight) }));
     let d = Device::open(spec(other));
     assert_eq!(indexes(&d), ["todos.by.priority"], "the undeclared index is dropped");
     drop(d);
+    let nine: Vec<String> = ["id", "updatedAt", "deleted", "title", "done", "priority", "id", "done", "title"]
+        .iter()
+        .map(|c| c.to_string())
+        .collect();
     for (index, why) in [
         (vec!["colour".to_owned()], r#"names "colour", which is not a column of the table"#),
         (vec![], "must name 1 to 8 columns"),
+        (nine, "must name 1 to 8 columns"),
         (vec!["done".to_owned(), "done".to_owned()], r#"names "done" twice"#),
     ] {
         let mut bad = v2();
