@@ -37,7 +37,7 @@ export async function app(): Promise<void> {
   const counted = await engine.query('SELECT count(*) AS n FROM todos', []);
   const stop: () => void = engine.subscribe(['todos'], (e: ChangeEvent) => console.log(e.source, e.rows.length));
   stop();
-  engine.onStatus((s: RelayStatus[]) => console.log(s[0]?.state, s[0]?.account?.usedPct, s[0]?.error?.terminal, s[0]?.setAside.events, s[0]?.forged));
+  engine.onStatus((s: RelayStatus[]) => console.log(s[0]?.state, s[0]?.account?.usedPct, s[0]?.error?.terminal, s[0]?.setAside.events, s[0]?.forged, s[0]?.pushError?.status, s[0]?.pullError?.message));
   engine.onProgress((p: Progress) => console.log(p.eventsApplied, p.headSeq));
   const report: SyncReport = await engine.sync();
   console.log(report.relays.map((r) => r.pushed), updated.updatedAt, rows.length, one?.deleted, list.length, counted[0]?.n);
