@@ -116,11 +116,10 @@ impl<'a> Fields<'a> {
         self.get(key).map(|v| self.whole(key, v)).transpose()
     }
 
-    /// A whole number in `0..=2^53-1`, `0` when missing (serde's `#[serde(default)]`: `null` is
-    /// not missing, and is refused).
+    /// A whole number in `0..=2^53-1`, `0` when missing or `null` (an additive field).
     pub fn u64_or_zero(&self, key: &str) -> Result<u64, FieldError> {
         match self.map.get(key) {
-            None => Ok(0),
+            None | Some(Json::Null) => Ok(0),
             Some(v) => self.whole(key, v),
         }
     }
@@ -274,6 +273,7 @@ mod tests {
         let f = Fields::of(&v, "thing").unwrap();
         assert_eq!(f.opt_string("s").unwrap(), None);
         assert_eq!(f.opt_bool("s").unwrap(), None);
+        assert_eq!(f.u64_or_zero("s").unwrap(), 0, "an additive count given as null");
         assert_eq!(f.opt_array("s").unwrap(), None);
         assert_eq!(f.str("s").unwrap_err().0, "thing.s: expected a string, got null");
         assert_eq!(f.str("t").unwrap_err().0, "thing: missing field `t`");

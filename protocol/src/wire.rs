@@ -76,9 +76,14 @@ pub struct PushResponse {
     /// Events the relay already had (same owner and event id), forged ones included.
     pub duplicate: u64,
     /// *Additive*: duplicates whose envelope differed from the stored one ("forged"); the
-    /// stored envelope was kept. Omitted when zero.
-    #[serde(default, skip_serializing_if = "is_zero")]
+    /// stored envelope was kept. Omitted when zero; `null` reads as zero (a field the spec's
+    /// answer lacks never fails a push whose events the relay stored).
+    #[serde(default, skip_serializing_if = "is_zero", deserialize_with = "null_is_zero")]
     pub forged: u64,
+}
+
+fn null_is_zero<'de, D: serde::Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+    Ok(Option::<u64>::deserialize(d)?.unwrap_or(0))
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -458,7 +458,13 @@ impl Engine {
                         report.error = self.record_failure(url, f);
                     } else {
                         let random = self.random_u64();
+                        let pushed = !blocks && !outcome.push_skipped;
                         let info = self.with_relay(url, |r| {
+                            if pushed {
+                                // Pushes went through: only the compaction (or close) failed.
+                                r.push_failures = 0;
+                                r.push_blocked_until = None;
+                            }
                             r.fail_writes(f, blocks, reads_ok, now, random);
                             r.push_error.clone()
                         });
@@ -486,7 +492,7 @@ impl Engine {
                             r.behind = true;
                         }
                     });
-                } else {
+                } else if !outcome.push_skipped {
                     // Reads failed and writes went through: they no longer fail.
                     self.with_relay(url, |r| {
                         r.push_error = None;
@@ -561,8 +567,14 @@ impl Engine {
             }
         }
         if outcome.push_problem.is_none() {
-            if let Err(e) = self.flush_pending_close(url).await {
-                outcome.push_failed(e)?;
+            // A refused close of a former owner (after a re-key) is reported like a refused
+            // compaction: it does not hold up the current owner's pushes.
+            match self.flush_pending_close(url).await {
+                Ok(()) => {}
+                Err(PassError::Relay(f)) => {
+                    outcome.purge_problem.get_or_insert(f);
+                }
+                Err(local) => return Err(local),
             }
         }
         Ok(outcome)

@@ -100,6 +100,12 @@ fn describe(e: &reqwest::Error, timeout_ms: u32) -> String {
         return format!("the relay did not answer within {timeout_ms} ms (request timed out)");
     }
     let mut msg = e.to_string();
+    // reqwest names the request's URL, whose query holds the owner id: never in an error text.
+    if let Some(url) = e.url().filter(|u| u.query().is_some()) {
+        let mut bare = url.clone();
+        bare.set_query(None);
+        msg = msg.replace(url.as_str(), bare.as_str());
+    }
     let mut src = std::error::Error::source(e);
     while let Some(s) = src {
         msg.push_str(": ");

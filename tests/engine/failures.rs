@@ -237,6 +237,55 @@ async fn a_refused_compaction_is_reported_with_the_writes_and_pushes_go_on() {
 }
 
 #[tokio::test]
+async fn pushes_backing_off_stay_backed_off_through_a_pass_whose_pull_failed() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("a", "x")).unwrap();
+    d.net.answer(is_push, 503, r#"{"error":"overloaded","message":"writes are off"}"#, None, None);
+    d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    let blocked = d.status(0).push_error.clone();
+    assert_eq!(blocked.as_ref().and_then(|e| e.status), Some(503));
+    // The next automatic pass skips the pushes, and its pull fails too.
+    d.net.answer(|r| !is_push(r) && r.url.contains("/v1/events"), 500, r#"{"error":"internal","message":"x"}"#, None, None);
+    d.clock.advance(1);
+    d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    let s = d.status(0);
+    assert_eq!(s.push_error, blocked, "nothing was pushed: the writes' failure stands");
+    assert_eq!(s.pull_error.as_ref().and_then(|e| e.status), Some(500));
+    // And the pushes still wait out their backoff.
+    d.net.clear();
+    d.clock.advance(1);
+    let before = d.net.sent("POST", "/v1/events");
+    d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(d.net.sent("POST", "/v1/events"), before, "no push before the backoff ends");
+}
+
+#[tokio::test]
+async fn pushes_that_went_through_are_not_held_back_by_a_refused_compaction() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("gone", "x")).unwrap();
+    d.engine.delete("todos", "gone").unwrap();
+    d.sync().await;
+    // Pushes fail and back off; then the relay takes writes again but refuses compaction.
+    d.engine.insert("todos", todo("a", "x")).unwrap();
+    d.net.answer(is_push, 503, r#"{"error":"overloaded","message":"writes are off"}"#, None, None);
+    d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(d.status(0).push_error.as_ref().and_then(|e| e.status), Some(503));
+    d.net.clear();
+    assert_eq!(d.engine.purge_deleted().unwrap(), 1);
+    d.net.fail("/v1/streams/compact", 403, None);
+    let r = d.engine.sync(SyncTrigger::Write).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 1, "{r:?}");
+    assert_eq!(d.status(0).push_error.as_ref().and_then(|e| e.status), Some(403), "the compaction's refusal is told");
+    // The next automatic pass pushes a new write: the writes' backoff ended with the push.
+    d.engine.insert("todos", todo("b", "x")).unwrap();
+    d.clock.advance(1);
+    let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 1, "pushed by the poll: {r:?}");
+}
+
+#[tokio::test]
 async fn a_blob_chunk_the_relay_does_not_take_does_not_stop_the_pull() {
     let relay = TestRelay::start();
     let secret = phrase();

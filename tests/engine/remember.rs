@@ -368,8 +368,27 @@ mod rekey {
         let d = on_file(&s.new, &[&s.relay.url], &s.path);
         d.sync().await;
         assert_eq!(owner_state(&s, &s.old).await, RelayState::Closed, "the queued close went out");
-        let stored = d.engine.query("SELECT value FROM _sync_meta WHERE key LIKE 'pending_close:%'", &[]).unwrap();
+        let stored = d.engine.inspect_query("SELECT value FROM _sync_meta WHERE key LIKE 'pending_close:%'", &[]).unwrap();
         assert!(stored.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_refused_close_of_the_old_owner_is_told_and_does_not_hold_up_the_new_owners_pushes() {
+        let (s, d) = device_with_data("rekey-close-refused").await;
+        d.engine.rekey(&s.new).await.unwrap();
+        d.net.fail("/v1/owner/close", 403, None);
+        d.engine.confirm_rekey().await.unwrap();
+        for i in 0..2 {
+            d.engine.insert("todos", todo(&format!("after{i}"), "x")).unwrap();
+            d.clock.advance(1);
+            let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+            assert_eq!(r.relays[0].pushed, 1, "pass {i}: the new owner's write goes out: {r:?}");
+            assert_eq!(d.status(0).push_error.as_ref().and_then(|e| e.status), Some(403), "the refusal is told");
+        }
+        d.net.clear();
+        d.clock.advance(1);
+        d.engine.sync(SyncTrigger::Manual).await.unwrap();
+        assert_eq!(owner_state(&s, &s.old).await, RelayState::Closed, "the queued close went out");
     }
 
     #[tokio::test]
@@ -591,7 +610,7 @@ async fn an_outbox_of_the_first_layout_is_carried_over_and_every_relay_still_get
     r2.restart();
 
     let a = on_file(&secret, &[&r1.url, &r2.url], &path);
-    let columns = a.engine.query("SELECT name FROM pragma_table_info('_sync_outbox')", &[]).unwrap();
+    let columns = a.engine.inspect_query("SELECT name FROM pragma_table_info('_sync_outbox')", &[]).unwrap();
     let columns: Vec<&str> = columns.iter().filter_map(|c| c.get("name").and_then(Json::as_str)).collect();
     assert_eq!(
         columns,
@@ -607,7 +626,7 @@ async fn an_outbox_of_the_first_layout_is_carried_over_and_every_relay_still_get
         ]
     );
     assert_eq!(a.count("_sync_outbox"), 3, "every intent and event was carried over");
-    let triggers = a.engine.query("SELECT name FROM sqlite_master WHERE type = 'trigger'", &[]).unwrap();
+    let triggers = a.engine.inspect_query("SELECT name FROM sqlite_master WHERE type = 'trigger'", &[]).unwrap();
     assert_eq!(triggers, [Json::object([("name", Json::from("_sync_outbox_keeps_requests"))])], "records move out");
     let r = a.sync().await;
     assert_eq!((r.relays[0].pushed, r.relays[1].pushed), (1, 3), "{r:?}");

@@ -145,15 +145,18 @@ pub(crate) fn pretty(v: &impl serde::Serialize) -> Result<String, String> {
 /// a column, a schema version): `[{reason, detail, count}]`. Each group is also told on stderr,
 /// so a sync or restore that left events waiting says which and why.
 fn deferred_summary(engine: &Engine) -> Result<Vec<serde_json::Value>, String> {
-    let mut groups: Vec<(String, String, u64)> = Vec::new();
+    let mut counts: std::collections::BTreeMap<(String, String), u64> = std::collections::BTreeMap::new();
     for held in engine.deferred().map_err(|e| e.to_string())? {
-        match groups.iter_mut().find(|(r, d, _)| *r == held.reason && *d == held.detail) {
-            Some(g) => g.2 += 1,
-            None => groups.push((held.reason, held.detail, 1)),
-        }
+        *counts.entry((held.reason, held.detail)).or_default() += 1;
     }
-    for (reason, detail, count) in &groups {
+    let groups: Vec<(String, String, u64)> = counts.into_iter().map(|((r, d), n)| (r, d, n)).collect();
+    // At most this many lines on stderr (a relay may send thousands of distinct details).
+    const TOLD: usize = 20;
+    for (reason, detail, count) in groups.iter().take(TOLD) {
         eprintln!("{count} event(s) wait: {reason} ({detail})");
+    }
+    if groups.len() > TOLD {
+        eprintln!("… and {} more kinds of waiting events (the JSON output lists them all)", groups.len() - TOLD);
     }
     Ok(groups
         .into_iter()
