@@ -295,7 +295,7 @@ async fn a_first_send_writes_without_looking_and_a_re_send_is_answered_from_the_
     let e = open(secret, options(&unique("first-send"), &[], false)).await.unwrap();
     let insert = || js(r#"[{"op": "insert", "table": "todos", "row": {"id": "once", "title": "x"}}]"#);
     let first = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, Some(true)).unwrap()).get(0);
-    let carried = e.query("SELECT request_id FROM _sync_outbox WHERE request_id IS NOT NULL".into(), js("[]")).unwrap();
+    let carried = e.inspect_query("SELECT request_id FROM _sync_outbox WHERE request_id IS NOT NULL".into(), js("[]")).unwrap();
     assert_eq!(Array::from(&carried).length(), 1, "the record is on the intent");
     // Sent again (a new leader tab runs it): answered from the record, nothing written.
     let again = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, None).unwrap()).get(0);

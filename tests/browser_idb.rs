@@ -85,7 +85,7 @@ async fn every_flushed_commit_survives_a_new_worker_and_unflushed_ones_are_not_h
     let found = ids(&again);
     assert_eq!(found.len(), 300, "the flushed transaction, whole; not the unflushed write");
     assert!(!found.contains(&"unsaved".to_owned()));
-    let check = again.query("PRAGMA integrity_check".into(), JsValue::NULL).unwrap();
+    let check = again.inspect_query("PRAGMA integrity_check".into(), JsValue::NULL).unwrap();
     assert_eq!(get(&Array::from(&check).get(0), "integrity_check"), "ok");
     again.close();
 }
@@ -169,7 +169,7 @@ async fn an_indexeddb_transaction_that_fails_midway_leaves_the_last_committed_st
     close_like_a_reload(e, &db);
     let again = open(&secret, &db, page_store()).await;
     assert_eq!(ids(&again), ["committed"], "none of the aborted transaction's pages were kept");
-    let check = again.query("PRAGMA integrity_check".into(), JsValue::NULL).unwrap();
+    let check = again.inspect_query("PRAGMA integrity_check".into(), JsValue::NULL).unwrap();
     assert_eq!(get(&Array::from(&check).get(0), "integrity_check"), "ok");
     again.close();
 }

@@ -119,7 +119,7 @@ fn envelopes_sealed_in_rust_open_in_the_reference() {
 fn sealed_events(engine: &simplysync::engine::Engine) -> Vec<serde_json::Value> {
     engine.seal_pending_outbox().unwrap();
     engine
-        .query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
+        .inspect_query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
         .unwrap()
         .iter()
         .map(|r| serde_json::from_str(r.get("envelope_json").unwrap().as_str().unwrap()).unwrap())

@@ -20,6 +20,7 @@ pub mod values;
 /// The app's declared schema (kept in the store layer, which creates the tables).
 pub use crate::store::schema;
 
+mod app_sql;
 mod apply;
 mod backoff;
 mod blobs;
@@ -159,6 +160,8 @@ pub struct Engine {
     requests_swept_at: Cell<Option<u64>>,
     /// When the last pass ended (engine clock, ms; 0 before the first).
     last_pass_at: Cell<u64>,
+    /// What the app's SQL may read (app_sql.rs).
+    app_sql: app_sql::AppSql,
 }
 
 impl std::fmt::Debug for Engine {
@@ -199,6 +202,7 @@ impl Engine {
         let identity = secret.identity();
         let relays = config.relays.as_deref().map(relay_set::normalize).transpose()?;
         conn.set_prepared_statement_cache_capacity(256);
+        let app_sql = app_sql::AppSql::install(&mut conn)?;
         system::create_system_tables(&conn)?;
         let stored_owner = system::meta_get(&conn, "owner_id")?;
         let handover = rekey::Handover::load(&conn)?;
@@ -255,6 +259,7 @@ impl Engine {
             request: RefCell::new(None),
             requests_swept_at: Cell::new(None),
             last_pass_at: Cell::new(0),
+            app_sql,
         };
         engine.reconcile_relays(relays.as_deref())?;
         engine.finish_handover(opening, handover)?;

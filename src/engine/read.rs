@@ -2,6 +2,7 @@
 
 use rusqlite::types::Value;
 
+use super::app_sql;
 use super::mutate::row_json;
 use super::sorted;
 use super::values::{dynamic_from_sql, param_to_sql, to_sql};
@@ -100,9 +101,20 @@ impl Engine {
         Ok(found.iter().map(|r| row_json(t, r)).collect())
     }
 
-    /// Runs one read-only SQL statement with positional parameters; each result row is an
-    /// object keyed by column name. Writes, multiple statements and syntax errors are refused.
+    /// Runs one read-only SQL statement of the app with positional parameters; each result row
+    /// is an object keyed by column name. Writes, multiple statements and syntax errors are
+    /// refused, and so is reading the engine's tables or SQLite's (app_sql.rs).
     pub fn query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
+        self.read_sql(sql, params, true)
+    }
+
+    /// [`Engine::query`] that may also read the engine's own tables and SQLite's: for
+    /// inspection and tests, never reachable from an app's page.
+    pub fn inspect_query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
+        self.read_sql(sql, params, false)
+    }
+
+    fn read_sql(&self, sql: &str, params: &[Json], app: bool) -> Result<Vec<Json>, EngineError> {
         let db = self.db.borrow();
         // A read to SQLite may still write underneath: the `pragma_optimize` table (and `PRAGMA
         // optimize`, when SQLite counts it a read) runs ANALYZE, writing `sqlite_stat1`. Such
@@ -111,11 +123,7 @@ impl Engine {
         // next use), which every read would otherwise cost the writes after it. A name cannot
         // be spelled without its letters (SQL quoting escapes only quotes).
         let _refusing = if mentions(sql, "optimize") { Some(WritesRefused::on(&db)?) } else { None };
-        self.run_query(&db, sql, params)
-    }
-
-    fn run_query(&self, db: &rusqlite::Connection, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
-        let mut stmt = prepare_read(db, sql)?;
+        let mut stmt = if app { self.app_sql.compiling(|| prepare_read(&db, sql)).map_err(app_sql::explain)? } else { prepare_read(&db, sql)? };
         if stmt.parameter_count() != params.len() {
             return Err(EngineError::InvalidQuery(format!(
                 "the statement takes {} parameters, {} given",
@@ -146,10 +154,13 @@ impl Engine {
     /// in `EXPLAIN`), each a table or an index of one.
     pub fn tables_read(&self, sql: &str) -> Result<Vec<String>, EngineError> {
         let db = self.db.borrow();
-        drop(prepare_read(&db, sql)?);
         let bad = |e: rusqlite::Error| EngineError::InvalidQuery(e.to_string());
+        let mut program = self.app_sql.compiling(|| {
+            drop(prepare_read(&db, sql)?);
+            db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)
+        })
+        .map_err(app_sql::explain)?;
         let mut roots: Vec<i64> = Vec::new();
-        let mut program = db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)?;
         let mut steps = program.raw_query();
         while let Some(step) = steps.next().map_err(bad)? {
             // Columns: addr, opcode, p1, p2 (the root page), p3 (the database: 0 is main).

@@ -495,14 +495,20 @@ impl WebEngine {
         Ok(array_to_js(&rows))
     }
 
-    /// One read-only SQL statement with positional parameters.
+    /// One read-only SQL statement of the app with positional parameters (the engine's own
+    /// tables and SQLite's are refused).
     pub fn query(&self, sql: String, params: JsValue) -> Result<JsValue, JsValue> {
-        let params = match arg_json(&params, "params")? {
-            Json::Null => vec![],
-            Json::Array(p) => p,
-            _ => return Err(bad_arg("params must be an array".into())),
-        };
+        let params = query_params(&params)?;
         let rows = self.engine()?.query(&sql, &params).map_err(err)?;
+        Ok(array_to_js(&rows))
+    }
+
+    /// [`Engine::query`] that may read the engine's own tables: for inspection and tests. The
+    /// package's worker does not answer it to a page.
+    #[wasm_bindgen(js_name = inspectQuery)]
+    pub fn inspect_query(&self, sql: String, params: JsValue) -> Result<JsValue, JsValue> {
+        let params = query_params(&params)?;
+        let rows = self.engine()?.inspect_query(&sql, &params).map_err(err)?;
         Ok(array_to_js(&rows))
     }
 
@@ -876,4 +882,13 @@ fn held_to_js(held: &[crate::store::inbox::HeldEvent]) -> JsValue {
         }
     }
     record_to_js(&held.iter().map(Held).collect::<Vec<_>>())
+}
+
+/// A query's parameters: an array, or nothing.
+fn query_params(params: &JsValue) -> Result<Vec<Json>, JsValue> {
+    match arg_json(params, "params")? {
+        Json::Null => Ok(vec![]),
+        Json::Array(p) => Ok(p),
+        _ => Err(bad_arg("params must be an array".into())),
+    }
 }

@@ -17,7 +17,7 @@ fn inserts(range: std::ops::Range<usize>) -> Vec<Op> {
 }
 
 fn count(d: &Device, sql: &str) -> f64 {
-    d.engine.query(sql, &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
+    d.engine.inspect_query(sql, &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
 }
 
 fn rows(d: &Device) -> f64 {
@@ -32,7 +32,7 @@ fn intents(d: &Device) -> f64 {
 fn intent_list(d: &Device) -> Vec<(String, String, String)> {
     let text = |r: &Json, k: &str| r.get(k).unwrap().as_str().unwrap().to_owned();
     d.engine
-        .query("SELECT event_id, table_name, row_id FROM _sync_outbox ORDER BY event_id", &[])
+        .inspect_query("SELECT event_id, table_name, row_id FROM _sync_outbox ORDER BY event_id", &[])
         .unwrap()
         .iter()
         .map(|r| (text(r, "event_id"), text(r, "table_name"), text(r, "row_id")))

@@ -7,14 +7,14 @@ use simplysync::engine::{EngineError, ListOptions, Op};
 use simplysync::protocol::{parse_json, Json};
 
 fn count_outbox(d: &Device) -> f64 {
-    d.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
+    d.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
 }
 
 fn sealed_payloads(d: &Device) -> Vec<Json> {
     let id = simplysync::protocol::Identity::from_secret(KEY).unwrap();
     d.engine.seal_pending_outbox().unwrap();
     d.engine
-        .query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
+        .inspect_query("SELECT envelope_json FROM _sync_outbox ORDER BY event_id", &[])
         .unwrap()
         .iter()
         .map(|r| {
@@ -33,7 +33,7 @@ async fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
     assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
     let got = d.engine.get("todos", "a").unwrap().unwrap();
     assert_eq!(got, row);
-    let pending = d.engine.query("SELECT event_id, table_name, row_id, envelope_json FROM _sync_outbox", &[]).unwrap();
+    let pending = d.engine.inspect_query("SELECT event_id, table_name, row_id, envelope_json FROM _sync_outbox", &[]).unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].get("event_id"), row.get("updatedAt"), "the intent names this row version");
     assert_eq!(pending[0].get("envelope_json"), Some(&Json::Null), "not sealed until a sync");
@@ -253,7 +253,7 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
         assert_eq!(d.engine.tables_read(bad).unwrap_err().code(), "INVALID_QUERY", "{bad}");
     }
     d.engine.insert("todos", todo("a", "milk")).unwrap();
-    let mode = d.engine.query("PRAGMA synchronous", &[]).unwrap();
+    let mode = d.engine.inspect_query("PRAGMA synchronous", &[]).unwrap();
     assert_ne!(mode, vec![parse_json(r#"{"synchronous":0}"#).unwrap()], "durability as configured");
     // Reads still run: a pragma that answers, reads after comments, any case.
     let check = d.engine.query("PRAGMA integrity_check", &[]).unwrap();
@@ -270,6 +270,42 @@ async fn query_refuses_what_sqlite_calls_read_only_but_changes_the_connection() 
     assert_eq!(param, vec![parse_json(r#"{"a":"a;b"}"#).unwrap()], "a ';' in a string goes as a parameter");
     let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
     assert_eq!(info.len(), 1);
+}
+
+#[test]
+async fn app_sql_never_reads_the_engines_tables_nor_sqlites_however_it_names_them() {
+    let d = device().await;
+    d.engine.insert("todos", todo("a", "milk")).unwrap();
+    for hidden in [
+        "SELECT value FROM _sync_meta WHERE key = 'wrapped_secret'",
+        "SELECT count(*) AS n FROM _sync_outbox",
+        "SELECT * FROM main.\"_SYNC_META\"",
+        "WITH m AS (SELECT * FROM _sync_meta) SELECT key FROM m",
+        "SELECT (SELECT value FROM _sync_meta LIMIT 1) AS v",
+        "SELECT id FROM todos WHERE id IN (SELECT row_id FROM _sync_outbox)",
+        "SELECT name, sql FROM sqlite_master",
+        "SELECT * FROM sqlite_schema",
+        "SELECT * FROM pragma_table_list",
+        "SELECT * FROM pragma_database_list",
+        "PRAGMA table_list",
+        "PRAGMA synchronous",
+        "PRAGMA optimize",
+    ] {
+        let refused = d.engine.query(hidden, &[]).unwrap_err();
+        assert_eq!(refused.code(), "INVALID_QUERY", "{hidden}");
+        assert!(refused.to_string().contains("_sync_"), "{hidden}: the error says what app SQL may read: {refused}");
+        assert_eq!(d.engine.tables_read(hidden).unwrap_err().code(), "INVALID_QUERY", "live query of {hidden}");
+    }
+    // The app's tables, facts about them and the database's health remain readable.
+    let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
+    assert_eq!(info.len(), 1);
+    assert_eq!(d.engine.query("PRAGMA quick_check", &[]).unwrap(), vec![parse_json(r#"{"quick_check":"ok"}"#).unwrap()]);
+    // Inspection reads the engine's tables; the engine's own statements never stopped working.
+    let owner = d.engine.inspect_query("SELECT value FROM _sync_meta WHERE key = 'owner_id'", &[]).unwrap();
+    assert_eq!(owner[0].get("value").and_then(Json::as_str), Some(d.engine.owner_id().as_str()));
+    d.engine.update("todos", "a", parse_json(r#"{"title":"eggs"}"#).unwrap()).unwrap();
+    let rows = d.engine.query("SELECT title FROM todos", &[]).unwrap();
+    assert_eq!(rows, vec![parse_json(r#"{"title":"eggs"}"#).unwrap()]);
 }
 
 #[test]
@@ -295,11 +331,12 @@ async fn a_read_that_writes_underneath_is_refused_and_later_writes_still_commit(
             Ok(rows) => assert!(cfg!(target_arch = "wasm32") && rows.is_empty(), "{sneaky}: {rows:?}"),
         }
     }
-    let analyze = d.engine.query("SELECT * FROM pragma_optimize(0x10002)", &[]);
+    // The app's SQL may not name it at all (app_sql.rs); inspection may, and is refused the write.
+    let analyze = d.engine.inspect_query("SELECT * FROM pragma_optimize(0x10002)", &[]);
     if let Err(refused) = analyze {
         assert!(refused.to_string().contains("readonly"), "the write refused underneath: {refused}");
     }
-    let stat = d.engine.query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
+    let stat = d.engine.inspect_query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
     assert_eq!(stat, vec![parse_json(r#"{"n":0}"#).unwrap()], "nothing written");
     // The connection writes again after a refused read, and after one that answered.
     d.engine.insert("todos", todo("after", "eggs")).unwrap();
@@ -318,8 +355,8 @@ async fn tables_read_names_the_schema_tables_a_statement_reads_however_it_reads_
     let join = "WITH open AS (SELECT id, image FROM todos WHERE NOT deleted) \
                 SELECT o.id FROM open o WHERE EXISTS (SELECT 1 FROM blob b WHERE b.id = o.image)";
     assert_eq!(read(join), ["blob", "todos"]);
-    // The engine's own tables are not the app's: no change event ever names them.
-    assert_eq!(read("SELECT count(*) FROM _sync_outbox"), Vec::<String>::new());
+    // The engine's own tables are not the app's: a live query may not read them.
+    assert_eq!(d.engine.tables_read("SELECT count(*) FROM _sync_outbox").unwrap_err().code(), "INVALID_QUERY");
     for bad in ["DELETE FROM todos", "SELECT 1; SELECT 2", "SELEC", "SELECT * FROM nowhere"] {
         assert_eq!(d.engine.tables_read(bad).unwrap_err().code(), "INVALID_QUERY", "{bad}");
     }

@@ -87,14 +87,14 @@ async fn an_event_is_kept_until_every_relay_acknowledged_it_and_relays_fail_inde
     let statuses = a.engine.relay_statuses_local().unwrap();
     assert_eq!((statuses[0].pending, statuses[1].pending), (0, 1));
     assert_eq!(
-        a.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
+        a.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
         Some(1.0)
     );
     a.net.clear();
     let report = a.sync().await;
     assert_eq!(report.relays[1].pushed, 1);
     assert_eq!(
-        a.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
+        a.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
         Some(0.0)
     );
 }
@@ -110,7 +110,7 @@ async fn a_newly_added_relay_gets_every_current_row_even_after_the_outbox_was_pr
     a.engine.delete("todos", "y").unwrap();
     a.sync().await;
     assert_eq!(
-        a.engine.query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
+        a.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64(),
         Some(0.0)
     );
     a.engine.add_relay(&r2.url).unwrap();

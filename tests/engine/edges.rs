@@ -63,7 +63,7 @@ fn newest_event(relay: &TestRelay) -> (String, String) {
 
 fn has_seen(d: &Device, event_id: &str) -> bool {
     let q = "SELECT event_id FROM _sync_seen WHERE event_id = ?1";
-    !d.engine.query(q, &[Json::from(event_id)]).unwrap().is_empty()
+    !d.engine.inspect_query(q, &[Json::from(event_id)]).unwrap().is_empty()
 }
 
 #[tokio::test]
@@ -167,7 +167,7 @@ fn a_re_sent_transaction_is_answered_from_the_canonical_json_of_its_first_answer
 fn recorded(d: &Device, request: &str) -> String {
     let sql = "SELECT result FROM _sync_requests WHERE id = ?1
                UNION ALL SELECT request_result FROM _sync_outbox WHERE request_id = ?1";
-    let rows = d.engine.query(sql, &[Json::from(request)]).unwrap();
+    let rows = d.engine.inspect_query(sql, &[Json::from(request)]).unwrap();
     assert_eq!(rows.len(), 1, "one record of {request}");
     rows[0].get("result").and_then(Json::as_str).unwrap().to_owned()
 }
@@ -347,7 +347,7 @@ fn request_ids_are_still_swept_after_the_clock_went_back() {
     write("r:3", "c");
     d.clock.advance(DAY + 1);
     write("r:4", "d"); // a day after r:3 by the corrected clock
-    let kept = d.engine.query("SELECT id FROM _sync_requests ORDER BY id", &[]).unwrap();
+    let kept = d.engine.inspect_query("SELECT id FROM _sync_requests ORDER BY id", &[]).unwrap();
     let kept: Vec<_> = kept.iter().filter_map(|r| r.get("id").and_then(Json::as_str)).collect();
     assert_eq!(kept, ["r:2", "r:4"], "r:3 is forgotten a day later, not ten days later");
 }

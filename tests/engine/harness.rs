@@ -464,7 +464,7 @@ impl Device {
 
     /// Counts rows of a system table.
     pub fn count(&self, table: &str) -> u64 {
-        let rows = self.engine.query(&format!("SELECT count(*) AS n FROM {table}"), &[]).unwrap();
+        let rows = self.engine.inspect_query(&format!("SELECT count(*) AS n FROM {table}"), &[]).unwrap();
         rows[0].get("n").unwrap().as_f64().unwrap() as u64
     }
 

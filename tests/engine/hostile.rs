@@ -100,7 +100,7 @@ async fn a_cursor_that_goes_backwards_is_refused_and_never_saved() {
     rewrite_pages(&b, |v| v["nextCursor"] = "1".into());
     b.sync().await;
     assert_eq!(error_code(&b, 0).as_deref(), Some("relay_cursor_backwards"));
-    let cursor = b.engine.query("SELECT value FROM _sync_meta WHERE key LIKE 'cursor:%'", &[]).unwrap();
+    let cursor = b.engine.inspect_query("SELECT value FROM _sync_meta WHERE key LIKE 'cursor:%'", &[]).unwrap();
     assert_eq!(cursor[0].get("value").unwrap().as_str(), Some("3"), "the backwards cursor was not stored");
     b.net.clear();
     b.sync().await;
@@ -495,7 +495,7 @@ async fn a_page_that_names_a_deferred_event_twice_defers_it_once() {
     });
     let r = older.sync().await.relays.swap_remove(0);
     assert_eq!((r.received, r.applied, r.deferred), (3, 0, 2), "{r:?}");
-    let attempts = older.engine.query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
+    let attempts = older.engine.inspect_query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
     assert_eq!(attempts[0].get("n").unwrap().as_f64(), Some(0.0), "each filed once");
 }
 

@@ -428,7 +428,7 @@ fn dump(devices: &[(Engine, Rc<ManualClock>)], relays: &[TestRelay]) {
             "SELECT relay, event_id, reason FROM _sync_quarantine",
             "SELECT table_name, row_id, hlc FROM _sync_purged",
         ] {
-            let rows: Vec<String> = engine.query(q, &[]).unwrap().iter().map(|r| r.to_serde().to_string()).collect();
+            let rows: Vec<String> = engine.inspect_query(q, &[]).unwrap().iter().map(|r| r.to_serde().to_string()).collect();
             eprintln!("  {q}: {rows:?}");
         }
     }

@@ -269,7 +269,7 @@ async fn after_an_event_is_deferred_a_copy_of_it_in_a_later_run_of_claims_is_a_d
     });
     let r = older.sync().await.relays.swap_remove(0);
     assert_eq!((r.received, r.applied, r.deferred), (121, 0, 120), "{r:?}");
-    let attempts = older.engine.query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
+    let attempts = older.engine.inspect_query("SELECT max(attempts) AS n FROM _sync_deferred", &[]).unwrap();
     assert_eq!(attempts[0].get("n").unwrap().as_f64(), Some(0.0), "each filed once");
     assert_eq!(seen(&older), 0, "nothing deferred is recorded as seen");
 }

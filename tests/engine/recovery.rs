@@ -50,7 +50,7 @@ async fn tampered_ciphertext_and_rebound_headers_are_quarantined_and_never_appli
         let q = b.engine.quarantined().unwrap();
         assert_eq!(q[0].reason, reason);
         assert!(
-            b.engine.query("SELECT value FROM _sync_meta WHERE key LIKE 'cursor:%'", &[]).unwrap().len() == 1,
+            b.engine.inspect_query("SELECT value FROM _sync_meta WHERE key LIKE 'cursor:%'", &[]).unwrap().len() == 1,
             "the cursor moved on"
         );
         assert_eq!(b.engine.retry_quarantined().unwrap(), 0, "failed authentication stays quarantined");
@@ -62,7 +62,7 @@ async fn tampered_ciphertext_and_rebound_headers_are_quarantined_and_never_appli
 }
 
 fn seen_ids(d: &Device) -> Vec<String> {
-    let rows = d.engine.query("SELECT event_id FROM _sync_seen ORDER BY event_id", &[]).unwrap();
+    let rows = d.engine.inspect_query("SELECT event_id FROM _sync_seen ORDER BY event_id", &[]).unwrap();
     rows.iter().map(|r| r.get("event_id").unwrap().as_str().unwrap().to_owned()).collect()
 }
 

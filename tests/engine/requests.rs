@@ -16,14 +16,14 @@ fn insert(id: &str) -> Op {
 fn records_on_intents(d: &Device) -> Vec<(String, String)> {
     let rows = d
         .engine
-        .query("SELECT request_id, request_result FROM _sync_outbox WHERE request_id IS NOT NULL", &[])
+        .inspect_query("SELECT request_id, request_result FROM _sync_outbox WHERE request_id IS NOT NULL", &[])
         .unwrap();
     let text = |r: &Json, k: &str| r.get(k).and_then(Json::as_str).unwrap().to_owned();
     rows.iter().map(|r| (text(r, "request_id"), text(r, "request_result"))).collect()
 }
 
 fn in_requests_table(d: &Device, id: &str) -> Option<String> {
-    let rows = d.engine.query("SELECT result FROM _sync_requests WHERE id = ?1", &[Json::from(id)]).unwrap();
+    let rows = d.engine.inspect_query("SELECT result FROM _sync_requests WHERE id = ?1", &[Json::from(id)]).unwrap();
     rows.first().and_then(|r| r.get("result")).and_then(Json::as_str).map(str::to_owned)
 }
 
@@ -35,8 +35,8 @@ fn a_single_write_keeps_its_record_on_its_own_outbox_intent_and_a_re_send_is_ans
     let on_intents = records_on_intents(&d);
     assert_eq!(on_intents.len(), 1, "{on_intents:?}");
     assert_eq!(on_intents[0].0, "tab:1");
-    let last = d.engine.query("SELECT max(event_id) AS e FROM _sync_outbox", &[]).unwrap();
-    let carrier = d.engine.query("SELECT event_id AS e FROM _sync_outbox WHERE request_id = 'tab:1'", &[]).unwrap();
+    let last = d.engine.inspect_query("SELECT max(event_id) AS e FROM _sync_outbox", &[]).unwrap();
+    let carrier = d.engine.inspect_query("SELECT event_id AS e FROM _sync_outbox WHERE request_id = 'tab:1'", &[]).unwrap();
     assert_eq!(carrier, last, "the transaction's last intent carries it");
     let again = d.engine.transaction_once("tab:1", &[insert("a"), insert("b")]).unwrap();
     assert_eq!(again, first);

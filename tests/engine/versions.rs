@@ -234,7 +234,7 @@ fn declared_indexes_are_created_and_dropped_with_the_schema() {
     };
     let indexes = |d: &Device| -> Vec<String> {
         d.engine
-            .query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'todos' AND sql IS NOT NULL ORDER BY name", &[])
+            .inspect_query("SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'todos' AND sql IS NOT NULL ORDER BY name", &[])
             .unwrap()
             .into_iter()
             .map(|r| r.get("name").unwrap().as_str().unwrap().to_owned())
@@ -488,7 +488,7 @@ async fn an_edit_of_a_column_merge_row_sends_the_columns_it_changes_each_in_an_e
     let a = fresh(&secret, &relay, v1());
     let queued = |d: &Device| -> Vec<String> {
         d.engine
-            .query("SELECT table_name FROM _sync_outbox WHERE pushed_at IS NULL ORDER BY event_id", &[])
+            .inspect_query("SELECT table_name FROM _sync_outbox WHERE pushed_at IS NULL ORDER BY event_id", &[])
             .unwrap()
             .into_iter()
             .map(|r| r.get("table_name").unwrap().as_str().unwrap().to_owned())
