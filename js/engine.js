@@ -1,6 +1,6 @@
 // The Engine object an app holds: a thin facade over the hub (hub.js), which runs each call in
 // this tab's worker or forwards it to the tab that runs the engine.
-import { invalid } from './errors.js';
+import { closedError, invalid } from './errors.js';
 import { toBytes } from './protocol.js';
 import { Watches } from './watch.js';
 
@@ -9,6 +9,7 @@ export class Engine {
   #hub;
   #onFocus = null;
   #onOnline = null;
+  #onVisible = null;
   #blobUrls = new Set();
   #watches;
 
@@ -18,8 +19,11 @@ export class Engine {
     if (typeof window !== 'undefined' && hub.autoSync) {
       this.#onFocus = () => hub.call('notify', ['focus']).catch(() => {});
       this.#onOnline = () => hub.call('notify', ['online']).catch(() => {});
+      // A page shown again syncs, as focus does (mobile browsers often send no focus event).
+      this.#onVisible = () => document.visibilityState === 'visible' && this.#onFocus();
       window.addEventListener('focus', this.#onFocus);
       window.addEventListener('online', this.#onOnline);
+      document.addEventListener('visibilitychange', this.#onVisible);
     }
   }
 
@@ -33,6 +37,30 @@ export class Engine {
 
   get role() {
     return this.#hub.role;
+  }
+
+  /** Every relay's status as last known here (no request): what {@link onStatus} last told. */
+  get status() {
+    return this.#hub.lastStatus;
+  }
+
+  /** Whether a pass has read from a relay (ever, on this device): the data is not only local. */
+  get hasSynced() {
+    return this.#hub.lastStatus.some((s) => s.lastSyncAt !== null && s.lastSyncAt !== undefined);
+  }
+
+  /** Resolves once {@link hasSynced} (at once if it already is); rejects if the engine closes first. */
+  waitForFirstSync() {
+    if (this.hasSynced) return Promise.resolve();
+    if (this.#hub.closed) return Promise.reject(closedError());
+    return new Promise((resolve, reject) => {
+      const stop = () => {
+        offStatus();
+        offClose();
+      };
+      const offStatus = this.onStatus(() => this.hasSynced && (stop(), resolve()));
+      const offClose = this.onClose((e) => (stop(), reject(e)));
+    });
   }
 
   async #write(ops) {
@@ -68,8 +96,8 @@ export class Engine {
     return this.#hub.call('list', [table, options]);
   }
 
-  query(sql, params = []) {
-    return this.#hub.call('query', [sql, params]);
+  query(sql, params = [], options = {}) {
+    return this.#hub.call('query', [sql, params, { raw: options?.raw === true }]);
   }
 
   watch(table, options, callback, onError) {
@@ -110,8 +138,8 @@ export class Engine {
     return this.#hub.call('sync');
   }
 
-  getRelayStatuses() {
-    return this.#hub.call('relayStatuses');
+  getRelayStatuses(options = {}) {
+    return this.#hub.call(options?.refresh === true ? 'relayStatuses' : 'relayStatusesLocal');
   }
 
   onStatus(callback) {
@@ -213,10 +241,14 @@ export class Engine {
     return this.#hub.call('storageInfo');
   }
 
-  /** Logs out on this device: closes the engine and deletes its database and stored secret. */
-  async resetLocalData() {
+  /**
+   * Logs out on this device: closes the engine and deletes its database and stored secret.
+   * `requireSynced: true` refuses (NOT_SYNCED, nothing deleted) while a change has not reached
+   * every relay.
+   */
+  async resetLocalData(options = {}) {
     try {
-      await this.#hub.call('reset');
+      await this.#hub.call('reset', [{ requireSynced: options?.requireSynced === true }]);
     } catch (e) {
       if (e.code !== 'CLOSED') throw e; // the leader closed every tab, this one included
     }
@@ -227,6 +259,7 @@ export class Engine {
     if (this.#onFocus) {
       window.removeEventListener('focus', this.#onFocus);
       window.removeEventListener('online', this.#onOnline);
+      document.removeEventListener('visibilitychange', this.#onVisible);
       this.#onFocus = null;
     }
     for (const url of this.#blobUrls) URL.revokeObjectURL(url);

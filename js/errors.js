@@ -22,4 +22,4 @@ export function toWire(e) {
 }
 
 export const invalid = (message) => new SimplySyncError(message, 'INVALID_ARGUMENT');
-export const closedError = (why = 'the engine is closed') => new SimplySyncError(why, 'CLOSED');
+export const closedError = (why = 'the engine is closed', code = 'CLOSED') => new SimplySyncError(why, code);

@@ -10,7 +10,15 @@
 // change it (showRecoveryPhrase, rekey, confirmRekey) answer LEADER_ONLY in a follower.
 //
 // Every call settles: it has a deadline (TIMEOUT), close() rejects it (CLOSED), a worker that
-// fails or traps rejects what it was running (WORKER / PANIC) and is restarted. When the leader
+// fails or traps rejects what it was running (WORKER / PANIC) and is restarted; calls made while
+// it restarts wait for it. A worker that stops answering (a long task, frozen) is noticed by a
+// heartbeat: calls waiting on it fail with UNRESPONSIVE after `unresponsiveMs` instead of at
+// their deadline — in followers too, which also ping the leader's tab itself.
+//
+// App updates: each tab holds a shared Web Lock naming its schema version while it lives. A tab
+// with a newer schema than the leader's asks it to step down (`upgrade`); tabs with an older
+// schema close with OUTDATED and never lead again while a newer one runs (a tab checks the locks
+// before it leads), so no write is made with the old schema after the upgrade. When the leader
 // goes away, calls it did not answer are re-sent to the next leader — only those, and only to a
 // new leader; mutating calls carry a request id the engine records with their effect, so a
 // re-sent call never applies twice.
@@ -36,6 +44,9 @@ const PERMANENT = new Set([
   'SECRET_EMPTY', 'SECRET_WORD_COUNT', 'SECRET_UNKNOWN_WORD', 'SECRET_CHECKSUM', 'SECRET_INVALID_KEY',
   'SECRET_INVALID_PHRASE',
 ]);
+
+/** The package's version (build-pkg.sh writes it in), told to other tabs. */
+export const PACKAGE_VERSION = '0.0.0-dev';
 
 const randomId = () =>
   globalThis.crypto?.randomUUID?.() ?? `${Date.now().toString(36)}-${Math.random().toString(36).slice(2)}`;
@@ -66,10 +77,15 @@ export class Hub {
   #visible = new Map(); // tab id -> visible (leader only)
   #everReady = false;
   #closing = false;
-  #persistAnswer = null; // navigator.storage.persist()'s answer, while it is pending
   #election = null; // aborts a lock request still waiting
   #electionDelay = 0;
   #restarts = 0;
+  #restarting = null; // a promise while the worker restarts: calls wait for it
+  #restarted = null;
+  #beat = null; // the heartbeat's timer
+  #pingSentAt = null; // when the unanswered ping went out (to the worker, or the leader's tab)
+  #stuck = false; // the engine's worker (or the leader's tab) does not answer
+  #releaseSchemaLock = null;
   #markReady;
   #failReady;
 
@@ -82,6 +98,7 @@ export class Hub {
     this.role = 'starting';
     this.leaderId = null;
     this.info = null;
+    this.lastStatus = [];
     this.closed = false;
     this.ready = new Promise((resolve, reject) => {
       this.#markReady = resolve;
@@ -89,7 +106,12 @@ export class Hub {
     });
     this.ready.catch(() => {});
     const multiTab = typeof BroadcastChannel === 'function' && globalThis.navigator?.locks;
+    this.schemaVersion = options.schema.schemaVersion ?? 1;
     if (multiTab) {
+      // Held while this tab lives: a tab with an older schema sees it and does not lead.
+      navigator.locks
+        .request(`${this.lockName}:schema:${this.schemaVersion}`, { mode: 'shared' }, () => new Promise((r) => (this.#releaseSchemaLock = r)))
+        .catch(() => {});
       this.#shared = new BroadcastChannel(this.lockName);
       this.#shared.onmessage = (e) => this.#onShared(e.data);
       this.#inbox = new BroadcastChannel(`${this.lockName}:tab:${this.tabId}`);
@@ -102,6 +124,8 @@ export class Hub {
     }
     this.#watchVisibility();
     this.#watchPageHide();
+    const period = Math.max(50, Math.min(2000, Math.floor(options.unresponsiveMs / 3)));
+    this.#beat = setInterval(() => this.#heartbeat(), period);
     setTimeout(() => {
       if (this.#everReady || this.closed) return;
       // Give up for good: leave the election and stop a worker still opening, so no engine
@@ -124,6 +148,10 @@ export class Hub {
   async #lead() {
     if (this.closed) return;
     const takeover = this.#everReady;
+    if (this.#shared && (await this.#newerSchemaRuns())) {
+      this.#closeLocally(this.#outdated());
+      return; // releases the lock: the tab with the newer schema leads
+    }
     try {
       await this.#startEngine();
       if (this.closed) throw closedError(); // closed (or timed out) while it opened
@@ -161,6 +189,20 @@ export class Hub {
     await new Promise((resolve) => (this.#releaseLock = resolve));
   }
 
+  /** Whether a tab of this database runs a newer schema than this tab's. */
+  async #newerSchemaRuns() {
+    const prefix = `${this.lockName}:schema:`;
+    const { held = [] } = await navigator.locks.query();
+    return held.some((l) => l.name.startsWith(prefix) && Number(l.name.slice(prefix.length)) > this.schemaVersion);
+  }
+
+  #outdated() {
+    return new SimplySyncError(
+      `a newer version of the app (schema version above ${this.schemaVersion}) runs ${this.#options.dbName} in another tab: reload this page`,
+      'OUTDATED',
+    );
+  }
+
   #ready() {
     this.#everReady = true;
     this.#markReady();
@@ -190,9 +232,18 @@ export class Hub {
       if ((code !== 'NO_SECRET' && code !== 'SECRET_LOST') || secret !== undefined || this.#secret === undefined) throw e;
       info = await this.#toWorker('open', [this.#secret, this.#options], undefined, deadline);
     }
-    // Asked in the background (Firefox may never answer): storage() waits for it, opening does not.
-    this.#persistAnswer = info.storage.durable ? persistStorage().then((p) => (info.storage.persisted = p)) : null;
+    // Asked in the background (Firefox may show a prompt, or never answer): neither opening nor
+    // storage() waits for it; `persisted` is 'pending' until it comes. `persist: false`: not asked.
+    if (info.storage.durable) {
+      if (this.#options.persist === false) info.storage.persisted = 'not-asked';
+      else {
+        info.storage.persisted = 'pending';
+        persistStorage().then((p) => (info.storage.persisted = p));
+      }
+    }
+    info.packageVersion = PACKAGE_VERSION;
     this.info = info;
+    this.lastStatus = info.status ?? [];
     this.#emit('owner', info.ownerId);
   }
 
@@ -215,12 +266,16 @@ export class Hub {
       this.#closeLocally(new SimplySyncError(`the engine could not be restarted: ${error.message}`, error.code));
       return;
     }
+    // Calls made from now on wait for the fresh worker instead of failing.
+    this.#restarting ??= new Promise((resolve) => (this.#restarted = resolve));
     const delay = Math.min(30000, 500 * 2 ** this.#restarts++);
     setTimeout(async () => {
       if (this.closed) return;
       try {
         await this.#startEngine();
         this.#restarts = 0;
+        this.#restarted();
+        this.#restarting = null;
         this.#applyVisibility();
         // Live queries here and in follower tabs (whose calls failed with WORKER meanwhile) re-run.
         this.#emit('refresh');
@@ -235,6 +290,7 @@ export class Hub {
 
   #toWorker(method, args, requestId, timeoutMs, firstSend = false) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
+    if (this.#stuck && method !== 'ping') return Promise.reject(this.#unresponsive());
     const id = randomId();
     return new Promise((resolve, reject) => {
       let timer;
@@ -248,7 +304,7 @@ export class Hub {
         clearTimeout(timer);
         fn(v);
       };
-      this.#workerCalls.set(id, { resolve: done(resolve), reject: done(reject) });
+      this.#workerCalls.set(id, { method, resolve: done(resolve), reject: done(reject) });
       this.#worker.postMessage({ id, method, args, requestId, firstSend });
     });
   }
@@ -323,9 +379,24 @@ export class Hub {
         }
         break;
       case 'closed':
-        this.#closeLocally(closedError(msg.reason));
+        this.#closeLocally(closedError(msg.reason, msg.code));
+        break;
+      case 'upgrade':
+        // A tab with a newer schema wants the database: this one steps down and closes.
+        if (msg.schemaVersion > this.schemaVersion) this.#stepDown(this.#outdated());
         break;
     }
+  }
+
+  /** Closes this tab for good with `error`; a leader first closes its engine (answers go out). */
+  async #stepDown(error) {
+    if (this.closed) return;
+    this.#closing = true;
+    if (this.role === 'leader' && this.#worker) {
+      const stop = this.#toWorker('close', []).catch(() => {});
+      await Promise.race([stop, new Promise((r) => setTimeout(r, 2000))]);
+    }
+    this.#closeLocally(error);
   }
 
   /** A follower joins: it learns the engine's facts from the leader and checks its schema. */
@@ -333,12 +404,21 @@ export class Hub {
     try {
       const info = await this.call('info');
       if (stableJson(info.schema) !== stableJson(this.#options.schema)) {
-        throw new SimplySyncError(
-          `another tab runs ${this.#options.dbName} with a different schema; reload that tab (a tab with the newer schema takes over when it closes)`,
-          'SCHEMA_MISMATCH',
-        );
+        const running = info.schema.schemaVersion ?? 1;
+        if (running > this.schemaVersion) throw this.#outdated();
+        if (running === this.schemaVersion) {
+          throw new SimplySyncError(
+            `another tab runs ${this.#options.dbName} with a different schema of the same version ${running}: give a changed schema a higher schemaVersion`,
+            'SCHEMA_MISMATCH',
+          );
+        }
+        // This tab's app is newer: the running tabs step down, and this one leads (its lock
+        // request is waiting) once the leader let go.
+        this.#shared.postMessage({ type: 'upgrade', from: this.tabId, schemaVersion: this.schemaVersion, packageVersion: PACKAGE_VERSION });
+        return;
       }
       this.info = info;
+      this.lastStatus = info.status ?? [];
       this.#ready();
     } catch (e) {
       // This tab gives up (and leaves the election, so another tab can take over).
@@ -349,6 +429,16 @@ export class Hub {
 
   #onInbox(msg) {
     if (this.closed) return;
+    if (msg.type === 'ping') {
+      if (this.role === 'leader') this.#send(msg.from, { type: 'pong', from: this.tabId, stuck: this.#stuck });
+      return;
+    }
+    if (msg.type === 'pong') {
+      if (msg.from !== this.leaderId) return;
+      this.#pingSentAt = null;
+      if (msg.stuck) this.#calls.rejectSentTo(this.leaderId, this.#unresponsive());
+      return;
+    }
     if (msg.type === 'call') {
       // Sent to a tab that no longer leads, or is closing: the caller re-sends to the next leader.
       if (this.role !== 'leader' || this.#closing) return;
@@ -370,11 +460,10 @@ export class Hub {
 
   /** Runs a call on this tab's worker (leader only). */
   async #run(method, args, requestId, firstSend) {
+    if (this.#restarting) await this.#restarting;
+    if (this.closed) throw closedError();
     if (method === 'info') return this.info;
-    if (method === 'storageInfo') {
-      await this.#persistAnswer;
-      return this.info.storage;
-    }
+    if (method === 'storageInfo') return { ...this.info.storage };
     const value = await this.#toWorker(method, args, requestId, undefined, firstSend);
     if (method === 'reset') this.#afterReset();
     return value;
@@ -414,6 +503,66 @@ export class Hub {
     return promise;
   }
 
+  // ---- heartbeat ---------------------------------------------------------------------------
+
+  #unresponsive() {
+    const who = this.role === 'leader' ? 'the engine worker' : 'the tab that runs the engine';
+    return new SimplySyncError(
+      `${who} has not answered for ${this.#options.unresponsiveMs} ms (a long-running call, or a frozen worker or tab); ` +
+        'this call was not answered and may still take effect',
+      'UNRESPONSIVE',
+    );
+  }
+
+  /**
+   * Leader: pings its worker. Follower with calls out: pings the leader's tab. An answer overdue
+   * by `unresponsiveMs` is checked once more a moment later (an answer queued behind a busy page
+   * arrives first), then calls waiting on it fail with UNRESPONSIVE until it answers again.
+   */
+  #heartbeat() {
+    if (this.closed) return;
+    const leading = this.role === 'leader';
+    if (!leading && !(this.role === 'follower' && this.leaderId && this.#calls.size > 0)) {
+      this.#pingSentAt = null;
+      return;
+    }
+    if (leading && (!this.#worker || this.#restarting)) return;
+    const now = Date.now();
+    if (this.#pingSentAt === null) {
+      this.#pingSentAt = now;
+      if (!leading) {
+        this.#send(this.leaderId, { type: 'ping', from: this.tabId });
+        return;
+      }
+      const sent = now;
+      this.#toWorker('ping', []).then(
+        () => {
+          if (this.#pingSentAt === sent) this.#pingSentAt = null;
+          this.#stuck = false;
+        },
+        () => this.#pingSentAt === sent && (this.#pingSentAt = null),
+      );
+      return;
+    }
+    if (this.#stuck || now - this.#pingSentAt < this.#options.unresponsiveMs) return;
+    const overdue = this.#pingSentAt;
+    setTimeout(() => {
+      if (this.closed || this.#pingSentAt !== overdue) return; // answered meanwhile
+      const error = this.#unresponsive();
+      if (leading) {
+        this.#stuck = true;
+        for (const [id, call] of this.#workerCalls) {
+          if (call.method === 'ping') continue;
+          this.#workerCalls.delete(id);
+          call.reject(error);
+        }
+      } else {
+        this.#calls.rejectSentTo(this.leaderId, error);
+        this.#pingSentAt = null; // the next call out pings afresh
+      }
+    }, 500);
+  }
+
   // ---- events, visibility ------------------------------------------------------------------
 
   on(event, fn) {
@@ -421,6 +570,12 @@ export class Hub {
   }
 
   #emit(event, data) {
+    if (event === 'status') {
+      // The latest statuses, known without asking anyone (Engine.status); a leader's info
+      // carries them to tabs that join.
+      this.lastStatus = data;
+      if (this.info) this.info.status = data;
+    }
     this.#listeners.emit(event, data);
   }
 
@@ -465,6 +620,9 @@ export class Hub {
   #closeLocally(error) {
     if (this.closed) return;
     this.closed = true;
+    clearInterval(this.#beat);
+    this.#releaseSchemaLock?.();
+    this.#restarted?.(); // calls waiting for a restart go on, to CLOSED
     this.#failReady(error);
     this.#calls.rejectAll(error);
     this.#election?.abort(); // a lock request still waiting

@@ -199,6 +199,17 @@ export interface EngineOptions<S extends Schema = Schema> {
   longCallTimeoutMs?: number;
   /** How long {@link createEngine} waits for the engine to open (or for the tab that runs it). Default 60000. */
   openTimeoutMs?: number;
+  /**
+   * How long the engine's worker (or, from another tab, the tab that runs it) may go without
+   * answering a heartbeat before the calls waiting on it reject with `UNRESPONSIVE` — a call
+   * that runs long itself, or a frozen worker. Default 15000.
+   */
+  unresponsiveMs?: number;
+  /**
+   * Whether to ask `navigator.storage.persist()` when a durable engine opens (Firefox shows a
+   * permission prompt). Default true; never awaited.
+   */
+  persist?: boolean;
 }
 
 /**
@@ -206,8 +217,11 @@ export interface EngineOptions<S extends Schema = Schema> {
  * - Writes and reads: `UNKNOWN_TABLE`, `UNKNOWN_COLUMN`, `INVALID_VALUE`, `INVALID_ROW`, `ALREADY_EXISTS`, `NOT_FOUND`, `INVALID_QUERY`, `ROW_TOO_LARGE`.
  * - Blobs: `BLOB_NOT_FOUND`, `BLOB_UNAVAILABLE`, `BLOB_INVALID`, `CHUNK_TOO_LARGE`.
  * - Secrets: `SECRET_EMPTY`, `SECRET_WORD_COUNT`, `SECRET_UNKNOWN_WORD`, `SECRET_CHECKSUM`, `SECRET_INVALID_KEY`, `SECRET_INVALID_PHRASE`, `NO_SECRET` (nothing stored: pass `secret`), `SECRET_LOST` (stored but its key is gone: ask for the phrase), `OWNER_MISMATCH`, `REKEY_REFUSED`, `NO_PENDING_REKEY`, `CRYPTO`, `ENTROPY_UNAVAILABLE`.
- * - Setup: `SCHEMA_INVALID`, `SCHEMA_MISMATCH` (another tab runs another schema), `INVALID_RELAY`, `INVALID_ARGUMENT`, `STORAGE`.
- * - Tabs and calls: `CLOSED`, `TIMEOUT`, `LEADER_ONLY` (asked in a tab that does not run the engine), `WORKER`, `PANIC`, `INTERNAL`.
+ * - Setup: `SCHEMA_INVALID`, `SCHEMA_MISMATCH` (another tab runs another schema of the same `schemaVersion`), `INVALID_RELAY`, `INVALID_ARGUMENT`, `STORAGE`.
+ * - Tabs and calls: `CLOSED`, `TIMEOUT`, `LEADER_ONLY` (asked in a tab that does not run the engine), `WORKER`, `PANIC`, `INTERNAL`,
+ *   `UNRESPONSIVE` (the engine's worker or tab did not answer its heartbeat: the call may still take effect),
+ *   `OUTDATED` (a tab with a newer schema took the database over: reload the page),
+ *   `DELETED` (the database was deleted by {@link deleteDatabase}), `NOT_SYNCED` (`resetLocalData({ requireSynced: true })` refused).
  */
 export type ErrorCode =
   | 'UNKNOWN_TABLE' | 'UNKNOWN_COLUMN' | 'INVALID_VALUE' | 'INVALID_ROW' | 'ALREADY_EXISTS' | 'NOT_FOUND'
@@ -215,7 +229,8 @@ export type ErrorCode =
   | 'SECRET_EMPTY' | 'SECRET_WORD_COUNT' | 'SECRET_UNKNOWN_WORD' | 'SECRET_CHECKSUM' | 'SECRET_INVALID_KEY'
   | 'SECRET_INVALID_PHRASE' | 'NO_SECRET' | 'SECRET_LOST' | 'OWNER_MISMATCH' | 'REKEY_REFUSED' | 'NO_PENDING_REKEY'
   | 'CRYPTO' | 'ENTROPY_UNAVAILABLE' | 'SCHEMA_INVALID' | 'SCHEMA_MISMATCH' | 'INVALID_RELAY' | 'INVALID_ARGUMENT'
-  | 'STORAGE' | 'CLOSED' | 'TIMEOUT' | 'LEADER_ONLY' | 'WORKER' | 'PANIC' | 'INTERNAL';
+  | 'STORAGE' | 'CLOSED' | 'TIMEOUT' | 'LEADER_ONLY' | 'WORKER' | 'PANIC' | 'INTERNAL' | 'UNRESPONSIVE' | 'OUTDATED'
+  | 'DELETED' | 'NOT_SYNCED';
 
 /** A row as stored: system columns plus the table's columns. */
 export interface Row {
@@ -435,11 +450,12 @@ export interface StorageInfo {
   durable: boolean;
   reason: string | null;
   /**
-   * The answer to `navigator.storage.persist()`, asked when a durable engine opens:
-   * `granted` (the browser will not evict the data), `denied`, `unanswered` (no answer within
-   * 3 s, e.g. a permission prompt) or `unsupported`. Absent when the storage is not durable.
+   * The answer to `navigator.storage.persist()`, asked in the background when a durable engine
+   * opens (never awaited): `granted` (the browser will not evict the data), `denied`,
+   * `unanswered` (no answer within 3 s, e.g. a permission prompt), `unsupported`, `pending`
+   * (asked, no answer yet) or `not-asked` (`persist: false`). Absent when the storage is not durable.
    */
-  persisted?: 'granted' | 'denied' | 'unanswered' | 'unsupported';
+  persisted?: 'granted' | 'denied' | 'unanswered' | 'unsupported' | 'pending' | 'not-asked';
 }
 
 /** One chunk of a blob as the manifest lists it. */
@@ -496,18 +512,36 @@ export declare class Engine<S extends Schema = Schema> {
   readonly deviceId: string;
   /** `leader` if this tab runs the engine, `follower` if another tab does. */
   readonly role: 'leader' | 'follower' | 'starting';
+  /**
+   * Every relay's status as last known in this tab, without a request: what {@link onStatus}
+   * last told (at first, what the engine had when it opened).
+   */
+  readonly status: RelayStatus[];
+  /** Whether any relay has ever been read from on this device (its `lastSyncAt` is set). */
+  readonly hasSynced: boolean;
+  /**
+   * Resolves once {@link hasSynced} is true — at once if it is; rejects with the close's error
+   * if the engine closes first.
+   * @example
+   * ```ts
+   * await engine.waitForFirstSync(); // a restored device shows its data, not an empty list
+   * ```
+   */
+  waitForFirstSync(): Promise<void>;
 
   /**
    * Logs out on this device: closes the engine and deletes its database, its files and the
    * stored secret. Every tab of the database sees its engine closed (`CLOSED`). Data not yet
-   * synced is lost — sync first.
+   * synced is lost — sync first, or pass `requireSynced: true`: then it rejects with
+   * `NOT_SYNCED` (and deletes nothing) while a change has not reached every relay, or there is
+   * no relay.
    * @example
    * ```ts
    * await engine.sync();
-   * await engine.resetLocalData();
+   * await engine.resetLocalData({ requireSynced: true });
    * ```
    */
-  resetLocalData(): Promise<void>;
+  resetLocalData(options?: { requireSynced?: boolean }): Promise<void>;
   /**
    * Calls `callback(error)` once when the engine closes (by {@link Engine.close}, by
    * {@link Engine.resetLocalData} in any tab, or for good after a failure); returns an unsubscribe function.
@@ -590,13 +624,19 @@ export declare class Engine<S extends Schema = Schema> {
    * One read-only SQL statement — a `SELECT`, `WITH` or `VALUES`, or a `PRAGMA` without an
    * argument, with a `;` at most at its end; each row is an object keyed by column name.
    * Anything else rejects with `INVALID_QUERY`, and so does a read that would write underneath
-   * (`SELECT * FROM pragma_optimize`, which runs ANALYZE).
+   * (`SELECT * FROM pragma_optimize`, which runs ANALYZE) or that names the engine's own tables
+   * (`_sync_*`), SQLite's (`sqlite_*`) or a pragma other than `table_info`, `table_xinfo`,
+   * `index_list`, `index_info`, `index_xinfo`, `foreign_key_list`, `integrity_check`,
+   * `quick_check`, `user_version`, `data_version`, `page_count` and `page_size`.
+   * A result column that is a `boolean` or `json` column of the schema comes as {@link list}
+   * gives it (a boolean, the parsed value); `{ raw: true }` gives SQLite's values (0 or 1, the
+   * JSON text). Expressions come as SQLite computes them.
    * @example
    * ```ts
    * const [{ n }] = await engine.query('SELECT count(*) AS n FROM todos WHERE deleted = 0');
    * ```
    */
-  query<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[]): Promise<R[]>;
+  query<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[], options?: { raw?: boolean }): Promise<R[]>;
   /**
    * Calls `callback` after each committed batch touching `tables` (all tables when null).
    * Returns a function that unsubscribes.
@@ -656,13 +696,14 @@ export declare class Engine<S extends Schema = Schema> {
    */
   sync(): Promise<SyncReport>;
   /**
-   * Every relay's status, refreshed from the relay.
+   * Every relay's status as this device knows it — no request, so it answers offline too. With
+   * `refresh: true`, each relay's account (`/v1/status`) is asked first.
    * @example
    * ```ts
-   * for (const s of await engine.getRelayStatuses()) console.log(s.url, s.state, s.account?.usedPct);
+   * for (const s of await engine.getRelayStatuses({ refresh: true })) console.log(s.url, s.state, s.account?.usedPct);
    * ```
    */
-  getRelayStatuses(): Promise<RelayStatus[]>;
+  getRelayStatuses(options?: { refresh?: boolean }): Promise<RelayStatus[]>;
   /**
    * Calls `callback` whenever a relay's status changes. Returns an unsubscribe function.
    * @example
@@ -871,6 +912,18 @@ export declare function createEngine<const S extends Schema = Schema>(options: E
  * ```
  */
 export declare function hasStoredSecret(dbName?: string): Promise<boolean>;
+
+/**
+ * Deletes database `dbName` from this browser — its files and its stored key — without opening
+ * it: for a database whose key or phrase is lost (`SECRET_LOST`, `OWNER_MISMATCH`), or to log
+ * out where no engine is open. Tabs that have it open close first, with `DELETED`. Changes not
+ * yet synced are lost.
+ * @example
+ * ```ts
+ * await deleteDatabase('todos.db');
+ * ```
+ */
+export declare function deleteDatabase(dbName: string): Promise<void>;
 
 /**
  * Mints a new 12-word recovery phrase.

@@ -12,7 +12,8 @@ import { Engine } from './engine.js';
 import { SimplySyncError, invalid } from './errors.js';
 import { Hub } from './hub.js';
 import { ownerIdOf, validateSecret } from './protocol.js';
-import { hasStoredSecret as storedSecret } from './custody.js';
+import { forget, hasStoredSecret as storedSecret } from './custody.js';
+import { drop as dropPages } from './idb-pages.js';
 
 export { Engine } from './engine.js';
 export { SimplySyncError } from './errors.js';
@@ -35,7 +36,55 @@ export async function hasStoredSecret(dbName = 'simplysync.db') {
   return storedSecret(dbName);
 }
 
-const DEFAULTS = { dbName: 'simplysync.db', syncIntervalMs: 5000, autoSync: true, storage: 'auto', callTimeoutMs: 60000, longCallTimeoutMs: 600000, openTimeoutMs: 60000 };
+const DEFAULTS = {
+  dbName: 'simplysync.db', syncIntervalMs: 5000, autoSync: true, storage: 'auto', callTimeoutMs: 60000,
+  longCallTimeoutMs: 600000, openTimeoutMs: 60000, unresponsiveMs: 15000, persist: true,
+};
+
+/**
+ * Deletes database `dbName` from this browser — its files (OPFS or IndexedDB) and its stored
+ * key — without opening it: for a database whose key or phrase is lost, or to log out where no
+ * engine is open. Every tab that has it open closes first, with the code DELETED.
+ */
+export async function deleteDatabase(dbName) {
+  if (typeof dbName !== 'string' || !dbName) throw invalid('deleteDatabase(dbName): dbName must be a non-empty string');
+  const lockName = `simplysync:${dbName}`;
+  if (typeof BroadcastChannel === 'function') {
+    const channel = new BroadcastChannel(lockName);
+    channel.postMessage({ type: 'closed', code: 'DELETED', reason: `the database ${dbName} was deleted (deleteDatabase)` });
+    channel.close();
+  }
+  // Once the tab that runs it let go (its worker stopped: the files are free).
+  if (globalThis.navigator?.locks) await navigator.locks.request(lockName, () => wipe(dbName));
+  else await wipe(dbName);
+}
+
+async function wipe(dbName) {
+  if (globalThis.navigator?.storage?.getDirectory) {
+    const root = await navigator.storage.getDirectory();
+    let dir = null;
+    try {
+      dir = await root.getDirectoryHandle('simplysync');
+    } catch {
+      // No OPFS database here at all.
+    }
+    // A worker that just stopped may hold its files a moment longer.
+    for (let attempt = 0; dir; attempt++) {
+      try {
+        await dir.removeEntry(dbName, { recursive: true });
+        break;
+      } catch (e) {
+        if (e?.name === 'NotFoundError') break;
+        if (attempt >= 50) throw new SimplySyncError(`could not delete ${dbName}: ${e?.message ?? e}`, 'STORAGE');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    }
+  }
+  if (typeof indexedDB !== 'undefined' && indexedDB !== null) {
+    await dropPages(dbName);
+    await forget(dbName);
+  }
+}
 
 /** Opens (or joins, from another tab) the engine of `options.dbName`. */
 export async function createEngine(options) {

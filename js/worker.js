@@ -20,7 +20,7 @@ const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 // Engine methods a tab may call, with the number of arguments before the request id of the
 // mutating ones (anything else is refused).
 const METHODS = new Set([
-  'get', 'list', 'query', 'queryTables', 'sync', 'notify', 'relayStatuses', 'getBlob', 'getBlobChunk', 'blobManifest',
+  'get', 'list', 'query', 'queryTables', 'sync', 'notify', 'relayStatuses', 'relayStatusesLocal', 'getBlob', 'getBlobChunk', 'blobManifest',
   'recoveryPhrase', 'pendingRekey', 'quarantined', 'deferred', 'storage', 'setVisible',
 ]);
 const MUTATING = {
@@ -48,7 +48,7 @@ async function open(secret, options) {
   engine.onProgress((data) => post({ event: 'progress', data }));
   if (storage.mode !== 'memory') await markStored(dbName);
   if (storage.mode !== 'memory') useOpener();
-  return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema };
+  return { ownerId: engine.ownerId, deviceId: engine.deviceId, storage, schema, status: engine.relayStatusesLocal() };
 }
 
 // Pages sent ahead are fetched and decrypted in an opener worker (opener.js) when the secret is
@@ -72,8 +72,21 @@ function close() {
   engine = null;
 }
 
-/** Deletes the database's files, its OPFS directory and its key: the secret is gone for good. */
-async function reset() {
+/**
+ * Deletes the database's files, its OPFS directory and its key: the secret is gone for good.
+ * With `requireSynced`, only once every change reached every relay (else NOT_SYNCED, and the
+ * engine stays open): checked and closed in one task, so no write slips in between.
+ */
+async function reset(options) {
+  if (options?.requireSynced && engine) {
+    const statuses = engine.relayStatusesLocal();
+    if (!statuses.length) throw coded('this database has no relay: its changes exist only on this device', 'NOT_SYNCED');
+    const behind = statuses.filter((s) => s.pending > 0 || s.setAside.events > 0 || s.setAside.chunks > 0);
+    if (behind.length) {
+      const which = behind.map((s) => `${s.url} (${s.pending} pending, ${s.setAside.events + s.setAside.chunks} set aside)`).join(', ');
+      throw coded(`changes have not reached every relay: ${which}`, 'NOT_SYNCED');
+    }
+  }
   close();
   if (!dbName) return null;
   // A call that was still running holds the database a moment longer: wait for it.
@@ -98,10 +111,12 @@ async function reset() {
   return null;
 }
 
+const coded = (message, code) => Object.assign(new Error(message), { code });
+
 async function run(method, args, requestId, firstSend) {
   if (method === 'open') return open(...args);
   if (method === 'close') return close();
-  if (method === 'reset') return reset();
+  if (method === 'reset') return reset(args[0]);
   if (!engine) throw Object.assign(new Error('the engine is not open'), { code: 'CLOSED' });
   if (method in MUTATING) {
     const padded = args.slice(0, MUTATING[method]);
@@ -121,6 +136,8 @@ async function run(method, args, requestId, firstSend) {
 
 self.onmessage = async ({ data }) => {
   const { id, method, args, requestId, firstSend } = data;
+  // The heartbeat (hub.js): answered as soon as this worker's event loop runs.
+  if (method === 'ping') return post({ id, ok: true, value: null });
   let value;
   try {
     await ready;

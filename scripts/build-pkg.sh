@@ -31,6 +31,9 @@ cp js/*.d.ts pkg-template/README.md pkg/
 ESBUILD="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}/node_modules/.bin/esbuild"
 strip_js() { "$ESBUILD" "$1" --minify-whitespace --minify-syntax --format=esm --log-level=warning --outfile="$2" --allow-overwrite "${@:3}"; }
 for f in js/*.js; do strip_js "$f" "pkg/$(basename "$f")"; done
+# Tabs tell each other the package's version (hub.js).
+grep -q "0.0.0-dev" pkg/hub.js || { echo "build-pkg.sh: hub.js lost its PACKAGE_VERSION placeholder" >&2; exit 1; }
+sed -i "s/0\.0\.0-dev/$VERSION/" pkg/hub.js
 # Its classes keep their names (an error's "expected instance of Identity", the console's view).
 classes=$(sed -n 's/^export class \([A-Za-z0-9_$]*\).*/\1/p' pkg/simplysync.js)
 if [ "$(echo "$classes" | grep -c .)" != "$(grep -c '^export class ' pkg/simplysync.d.ts)" ]; then

@@ -521,7 +521,7 @@ async fn queries_in_the_browser_have_the_json_date_and_window_functions_the_read
     e.insert("todos".into(), js(r#"{"id": "b", "title": "y", "meta": {"n": 5}}"#)).unwrap();
     let sql = "SELECT id, json_extract(meta, '$.n') AS n, date('2026-12-04T10:00:00Z', '+1 day') AS d,
                       row_number() OVER (ORDER BY id DESC) AS r FROM todos ORDER BY id";
-    let rows: Array = e.query(sql.into(), JsValue::NULL).unwrap().unchecked_into();
+    let rows: Array = e.query(sql.into(), JsValue::NULL, JsValue::UNDEFINED).unwrap().unchecked_into();
     let row = |i: u32, k: &str| get(&rows.get(i), k);
     assert_eq!(
         (row(0, "id"), row(0, "n"), row(0, "d"), row(0, "r")),
@@ -529,7 +529,7 @@ async fn queries_in_the_browser_have_the_json_date_and_window_functions_the_read
     );
     assert_eq!((row(1, "id"), row(1, "n"), row(1, "r")), ("b".into(), 5.into(), 1.into()));
     // What the README says the browser build leaves out is refused with a named error.
-    let err = e.query("SELECT sqrt(4) AS s".into(), JsValue::NULL).unwrap_err();
+    let err = e.query("SELECT sqrt(4) AS s".into(), JsValue::NULL, JsValue::UNDEFINED).unwrap_err();
     let message = get(&err, "message").as_string().unwrap();
     assert!(message.contains("sqrt"), "{message}");
 }

@@ -1,11 +1,13 @@
 //! Reads: one row, a filtered listing, and read-only SQL.
 
-use rusqlite::types::Value;
+use rusqlite::types::{Value, ValueRef};
 
 use super::app_sql;
 use super::mutate::row_json;
 use super::sorted;
-use super::values::{dynamic_from_sql, param_to_sql, to_sql};
+use super::schema::ColumnType;
+use super::values::{dynamic_from_sql, from_sql, param_to_sql, to_sql};
+use crate::protocol::parse_json;
 use super::{Engine, EngineError};
 use crate::protocol::json::{JsonObject, JsonString};
 use crate::protocol::Json;
@@ -103,18 +105,26 @@ impl Engine {
 
     /// Runs one read-only SQL statement of the app with positional parameters; each result row
     /// is an object keyed by column name. Writes, multiple statements and syntax errors are
-    /// refused, and so is reading the engine's tables or SQLite's (app_sql.rs).
+    /// refused, and so is reading the engine's tables or SQLite's (app_sql.rs). A result column
+    /// that is a `boolean` or `json` column of the schema reads as [`Engine::list`] gives it (a
+    /// boolean, the parsed value); everything else as SQLite has it.
     pub fn query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
-        self.read_sql(sql, params, true)
+        self.read_sql(sql, params, Reader::App { typed: true })
     }
 
-    /// [`Engine::query`] that may also read the engine's own tables and SQLite's: for
+    /// [`Engine::query`] with every value as SQLite has it (a boolean column's 0 or 1, a json
+    /// column's text).
+    pub fn query_raw(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
+        self.read_sql(sql, params, Reader::App { typed: false })
+    }
+
+    /// [`Engine::query_raw`] that may also read the engine's own tables and SQLite's: for
     /// inspection and tests, never reachable from an app's page.
     pub fn inspect_query(&self, sql: &str, params: &[Json]) -> Result<Vec<Json>, EngineError> {
-        self.read_sql(sql, params, false)
+        self.read_sql(sql, params, Reader::Inspector)
     }
 
-    fn read_sql(&self, sql: &str, params: &[Json], app: bool) -> Result<Vec<Json>, EngineError> {
+    fn read_sql(&self, sql: &str, params: &[Json], reader: Reader) -> Result<Vec<Json>, EngineError> {
         let db = self.db.borrow();
         // A read to SQLite may still write underneath: the `pragma_optimize` table (and `PRAGMA
         // optimize`, when SQLite counts it a read) runs ANALYZE, writing `sqlite_stat1`. Such
@@ -123,7 +133,10 @@ impl Engine {
         // next use), which every read would otherwise cost the writes after it. A name cannot
         // be spelled without its letters (SQL quoting escapes only quotes).
         let _refusing = if mentions(sql, "optimize") { Some(WritesRefused::on(&db)?) } else { None };
-        let mut stmt = if app { self.app_sql.compiling(|| prepare_read(&db, sql)).map_err(app_sql::explain)? } else { prepare_read(&db, sql)? };
+        let mut stmt = match reader {
+            Reader::App { .. } => self.app_sql.compiling(|| prepare_read(&db, sql)).map_err(app_sql::explain)?,
+            Reader::Inspector => prepare_read(&db, sql)?,
+        };
         if stmt.parameter_count() != params.len() {
             return Err(EngineError::InvalidQuery(format!(
                 "the statement takes {} parameters, {} given",
@@ -132,6 +145,10 @@ impl Engine {
             )));
         }
         let names: Vec<String> = stmt.column_names().map(str::to_owned).collect();
+        let types = match reader {
+            Reader::App { typed: true } => self.result_types(&stmt),
+            _ => vec![None; names.len()],
+        };
         let values: Vec<Value> = params.iter().map(param_to_sql).collect();
         let mut rows = stmt
             .query(rusqlite::params_from_iter(values.iter()))
@@ -141,11 +158,33 @@ impl Engine {
             let mut members = Vec::with_capacity(names.len());
             for (i, name) in names.iter().enumerate() {
                 let v = r.get_ref(i).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
-                members.push((JsonString::from(name.as_str()), dynamic_from_sql(v)));
+                let value = match (types[i], v) {
+                    (Some(ColumnType::Boolean), ValueRef::Integer(_)) => from_sql(ColumnType::Boolean, v),
+                    (Some(ColumnType::Json), ValueRef::Text(b)) => {
+                        std::str::from_utf8(b).ok().and_then(|t| parse_json(t).ok()).unwrap_or_else(|| dynamic_from_sql(v))
+                    }
+                    _ => dynamic_from_sql(v),
+                };
+                members.push((JsonString::from(name.as_str()), value));
             }
             out.push(Json::Object(JsonObject::from_members(members)));
         }
         Ok(out)
+    }
+
+    /// The schema's type of each result column that is a `boolean` or `json` column of an app
+    /// table as it stands (not an expression over one).
+    fn result_types(&self, stmt: &rusqlite::Statement<'_>) -> Vec<Option<ColumnType>> {
+        stmt.columns_with_metadata()
+            .map(|c| {
+                let (Some("main"), Some(table), Some(column)) = (c.database_name(), c.table_name(), c.origin_name())
+                else {
+                    return None;
+                };
+                let ty = self.schema.table(table)?.column(column)?;
+                matches!(ty, ColumnType::Boolean | ColumnType::Json).then_some(ty)
+            })
+            .collect()
     }
 
     /// The tables of the schema that a read-only SQL statement reads (through joins, subqueries,
@@ -180,6 +219,13 @@ impl Engine {
         }
         Ok(read)
     }
+}
+
+/// Who reads: the app (its values typed by the schema, or raw), or an inspector.
+#[derive(Clone, Copy)]
+enum Reader {
+    App { typed: bool },
+    Inspector,
 }
 
 /// Prepares one read-only statement (writes, several statements and syntax errors refused).

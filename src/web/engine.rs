@@ -362,6 +362,12 @@ impl WebEngine {
         promise(async move { this.relay_statuses().await })
     }
 
+    /// Every relay's status as this device knows it, asking no relay.
+    #[wasm_bindgen(js_name = relayStatusesLocal)]
+    pub fn relay_statuses_local(&self) -> Result<JsValue, JsValue> {
+        Ok(record_to_js(&self.engine()?.relay_statuses_local().map_err(err)?))
+    }
+
     /// A whole blob's bytes.
     #[wasm_bindgen(js_name = getBlob)]
     pub fn get_blob_js(&self, blob_id: String) -> js_sys::Promise {
@@ -496,10 +502,12 @@ impl WebEngine {
     }
 
     /// One read-only SQL statement of the app with positional parameters (the engine's own
-    /// tables and SQLite's are refused).
-    pub fn query(&self, sql: String, params: JsValue) -> Result<JsValue, JsValue> {
+    /// tables and SQLite's are refused). `options.raw`: values as SQLite has them.
+    pub fn query(&self, sql: String, params: JsValue, options: JsValue) -> Result<JsValue, JsValue> {
         let params = query_params(&params)?;
-        let rows = self.engine()?.query(&sql, &params).map_err(err)?;
+        let raw = arg_json(&options, "options")?.get("raw").and_then(|v| v.as_bool()).unwrap_or(false);
+        let engine = self.engine()?;
+        let rows = if raw { engine.query_raw(&sql, &params) } else { engine.query(&sql, &params) }.map_err(err)?;
         Ok(array_to_js(&rows))
     }
 

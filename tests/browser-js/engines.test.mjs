@@ -92,7 +92,12 @@ for (const engine of ENGINES) {
       s.run(
         async (o) => {
           window.engine = await window.simplysync.createEngine(o);
-          const storage = await window.engine.storage();
+          // storage() never waits for persist()'s answer: it says 'pending' until it comes (≤ 3 s).
+          let storage = await window.engine.storage();
+          for (let i = 0; i < 80 && storage.persisted === 'pending'; i++) {
+            await new Promise((r) => setTimeout(r, 50));
+            storage = await window.engine.storage();
+          }
           return { ownerId: window.engine.ownerId, role: window.engine.role, mode: storage.mode, durable: storage.durable, reason: storage.reason, persisted: storage.persisted };
         },
         { secret, relays: [proxy.url], schema: SCHEMA, dbName: 'engines.db', syncIntervalMs: 400, openTimeoutMs: 30000 },

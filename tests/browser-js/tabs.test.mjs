@@ -57,11 +57,34 @@ test('the engine keeps the secret, sealed with a non-extractable key: reopening 
   assert.equal(none.error.code, 'NO_SECRET', 'nothing stored yet: the app must give a secret');
   const first = await open(page, { ...base, secret: phrase });
   assert.equal(first.storage.mode, 'opfs');
-  assert.ok(['granted', 'denied', 'unanswered', 'unsupported'].includes(first.storage.persisted), first.storage.persisted);
+  assert.ok(['granted', 'denied', 'unanswered', 'unsupported', 'pending'].includes(first.storage.persisted), first.storage.persisted);
   await attempt(page, (e) => e.insert('todos', { id: 'a', title: 'kept' }));
-  const stored = await attempt(page, async (e) => (await e.query("SELECT value FROM _sync_meta WHERE key = 'wrapped_secret'"))[0].value);
-  assert.ok(stored.value && !stored.value.includes(phrase.split(' ')[0]), 'the stored secret is sealed');
+  // App SQL cannot read the engine's tables (the sealed secret among them) nor SQLite's.
+  for (const sql of ["SELECT value FROM _sync_meta WHERE key = 'wrapped_secret'", 'SELECT * FROM sqlite_master', 'PRAGMA table_list']) {
+    const refused = await attempt(page, (e, q) => e.query(q), sql);
+    assert.equal(refused.error?.code, 'INVALID_QUERY', sql);
+  }
   await attempt(page, (e) => e.close());
+  // The database's files on disk hold the secret only sealed: not the phrase, in any encoding.
+  const files = await page.evaluate(async (words) => {
+    const dir = await (await (await navigator.storage.getDirectory()).getDirectoryHandle('simplysync')).getDirectoryHandle('custody.db');
+    let bytes = 0;
+    let found = false;
+    const scan = async (d) => {
+      for await (const handle of d.values()) {
+        if (handle.kind === 'directory') {
+          await scan(handle);
+          continue;
+        }
+        const text = new TextDecoder('latin1').decode(await (await handle.getFile()).arrayBuffer());
+        bytes += text.length;
+        found ||= text.includes(words) || text.includes(JSON.stringify(words));
+      }
+    };
+    await scan(dir);
+    return { bytes, found };
+  }, phrase);
+  assert.ok(files.bytes > 0 && !files.found, `the phrase is not in the ${files.bytes} bytes of the database's files`);
   assert.equal(await page.evaluate(() => window.simplysync.hasStoredSecret('custody.db')), true);
 
   // The sealing key is a non-extractable CryptoKey in IndexedDB, and nothing is in localStorage.
@@ -146,21 +169,37 @@ test('followers never see the secret: LEADER_ONLY, and results go to the asking 
   await context.close();
 });
 
-test('a follower with another schema gets SCHEMA_MISMATCH; relays added at run time survive a takeover', async () => {
+test('a tab with a newer schema takes over: older tabs close with OUTDATED and stay out while it runs; relays added at run time survive', async () => {
   const context = await browser.newContext();
   const [t1, t2, t3] = [await openApp(context, server.url), await openApp(context, server.url), await openApp(context, server.url)];
   const phrase = await phraseIn(t1);
   const opts = { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'schema-tabs.db' };
   await open(t1, opts);
-  const newer = { ...SCHEMA, schemaVersion: 2, tables: [...SCHEMA.tables, { name: 'notes', columns: [{ name: 'body', type: 'text' }] }] };
-  const mismatch = await open(t2, { ...opts, schema: newer });
-  assert.equal(mismatch.error.code, 'SCHEMA_MISMATCH');
   assert.equal((await open(t3, opts)).role, 'follower');
+  await attempt(t1, (e) => e.insert('todos', { id: 'old', title: 'written by the old app' }));
   await attempt(t1, (e) => e.addRelay('http://127.0.0.1:9'));
-  await t1.close();
-  await eventually(() => t3.evaluate(() => window.engine.role === 'leader'), 10000, 'the takeover');
-  const urls = await attempt(t3, async (e) => (await e.getRelayStatuses()).map((s) => s.url));
-  assert.deepEqual(urls.value, [RELAY, 'http://127.0.0.1:9']);
+  const closes = [t1, t3].map((t) => t.evaluate(() => new Promise((resolve) => window.engine.onClose((e) => resolve(e.code)))));
+  // The app is deployed again: a new tab opens with schema version 2.
+  const newer = { schemaVersion: 2, tables: [...SCHEMA.tables, { name: 'notes', columns: [{ name: 'body', type: 'text' }] }] };
+  const upgraded = await open(t2, { ...opts, schema: newer });
+  assert.equal(upgraded.role, 'leader', JSON.stringify(upgraded));
+  assert.deepEqual(await Promise.all(closes), ['OUTDATED', 'OUTDATED'], 'the older tabs close with a code of their own');
+  assert.equal((await attempt(t1, (e) => e.insert('todos', { id: 'late', title: 'x' }))).error.code, 'CLOSED', 'and never write again');
+  const after = await attempt(t2, async (e) => {
+    await e.insert('notes', { id: 'n', body: 'the new table' });
+    return { todos: (await e.list('todos')).map((r) => r.id), notes: (await e.list('notes')).length, urls: (await e.getRelayStatuses()).map((s) => s.url) };
+  });
+  assert.deepEqual(after.value, { todos: ['old'], notes: 1, urls: [RELAY, 'http://127.0.0.1:9'] });
+  // An old tab opening while the newer one runs is refused; so is another schema of the same version.
+  const t4 = await openApp(context, server.url);
+  assert.equal((await open(t4, opts)).error?.code, 'OUTDATED');
+  const sameVersion = { schemaVersion: 2, tables: [...SCHEMA.tables, { name: 'other', columns: [{ name: 'x', type: 'text' }] }] };
+  assert.equal((await open(t4, { ...opts, schema: sameVersion })).error?.code, 'SCHEMA_MISMATCH');
+  // Once no newer tab runs, the old app opens again (a deploy rolled back loses nothing).
+  await t2.close();
+  const rolledBack = await open(t4, opts);
+  assert.equal(rolledBack.role, 'leader', JSON.stringify(rolledBack));
+  assert.deepEqual((await attempt(t4, async (e) => (await e.list('todos')).map((r) => r.id))).value, ['old']);
   await context.close();
 });
 
@@ -210,7 +249,9 @@ test('every call settles: deadlines, close during a call, and a worker that dies
   await new Promise((r) => setTimeout(r, 300));
   await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
   assert.equal(await inFlight, 'WORKER');
-  await eventually(async () => (await attempt(page, (e) => e.list('todos'))).value?.length === 1, 15000, 'the restarted engine');
+  // A call made while the worker restarts waits for the fresh one: never CLOSED nor WORKER.
+  const inWindow = await attempt(page, (e) => e.list('todos'));
+  assert.equal(inWindow.value?.length, 1, JSON.stringify(inWindow));
   await attempt(page, (e) => e.insert('todos', { id: 'after', title: 'y' }));
   assert.deepEqual((await attempt(page, (e) => e.list('todos'))).value.map((r) => r.id), ['after', 'before']);
   await context.close();
@@ -378,5 +419,133 @@ test('blob URLs are made for a blob and revoked on request or on close', async (
     return { text, revoked, gone, closed };
   });
   assert.deepEqual(out, { text: 'hello blob', revoked: [true, false, false], gone: 'revoked', closed: 'revoked' });
+  await context.close();
+});
+
+test('a leader whose worker, or whose page, stops answering fails waiting calls with UNRESPONSIVE, then serves again', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { secret: await phraseIn(t1), relays: [], schema: SCHEMA, autoSync: false, dbName: 'stuck.db', unresponsiveMs: 1500 };
+  await open(t1, opts);
+  assert.equal((await open(t2, opts)).role, 'follower');
+  const timed = (page) =>
+    page.evaluate(async () => {
+      const started = Date.now();
+      const code = await window.engine.list('todos').then(() => 'answered', (e) => e.code);
+      return { code, ms: Date.now() - started };
+    });
+  // The leader's engine worker is stuck in a long task for 8 s.
+  const worker = engineWorker(t1);
+  const stuck = worker.evaluate(() => {
+    const end = Date.now() + 8000;
+    while (Date.now() < end);
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const [fromFollower, fromLeader] = await Promise.all([timed(t2), timed(t1)]);
+  for (const [who, r] of [['follower', fromFollower], ['leader', fromLeader]]) {
+    assert.equal(r.code, 'UNRESPONSIVE', `${who}: ${JSON.stringify(r)}`);
+    assert.ok(r.ms < 6000, `${who}: failed after ${r.ms} ms, not at the 60 s deadline`);
+  }
+  await stuck;
+  await eventually(async () => (await attempt(t2, (e) => e.list('todos'))).value !== undefined, 10000, 'served again');
+  // The leader's page itself stops answering (its main thread blocked): the follower's ping goes unanswered.
+  const frozen = t1.evaluate(() => {
+    const end = Date.now() + 6000;
+    while (Date.now() < end);
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const meanwhile = await timed(t2);
+  assert.equal(meanwhile.code, 'UNRESPONSIVE', JSON.stringify(meanwhile));
+  assert.ok(meanwhile.ms < 5500, `failed after ${meanwhile.ms} ms`);
+  await frozen;
+  await eventually(async () => (await attempt(t2, (e) => e.list('todos'))).value !== undefined, 10000, 'served again');
+  await context.close();
+});
+
+test('deleteDatabase removes a database without opening it, and closes the tab that has it with DELETED', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { relays: [], schema: SCHEMA, autoSync: false, dbName: 'doomed.db' };
+  const first = await open(t1, { ...opts, secret: await phraseIn(t1) });
+  await attempt(t1, (e) => e.insert('todos', { id: 'a', title: 'to be deleted' }));
+  const closed = t1.evaluate(() => new Promise((resolve) => window.engine.onClose((e) => resolve(e.code))));
+  await t2.evaluate(() => window.simplysync.deleteDatabase('doomed.db'));
+  assert.equal(await closed, 'DELETED');
+  assert.equal(await t2.evaluate(() => window.simplysync.hasStoredSecret('doomed.db')), false);
+  assert.equal((await open(t2, opts)).error?.code, 'NO_SECRET', 'nothing stored any more');
+  // The name is usable again, by another owner too (no OWNER_MISMATCH, no SECRET_LOST).
+  const again = await open(t2, { ...opts, secret: await phraseIn(t2) });
+  assert.notEqual(again.ownerId, first.ownerId);
+  assert.deepEqual((await attempt(t2, (e) => e.list('todos'))).value, []);
+  // A database whose key is gone: deleted all the same.
+  await attempt(t2, (e) => e.close());
+  await t2.evaluate(
+    () =>
+      new Promise((resolve, reject) => {
+        const req = indexedDB.open('simplysync-custody', 1);
+        req.onsuccess = () => {
+          const tx = req.result.transaction('keys', 'readwrite');
+          tx.objectStore('keys').delete('doomed.db');
+          tx.oncomplete = () => resolve(req.result.close());
+          tx.onerror = () => reject(tx.error);
+        };
+        req.onerror = () => reject(req.error);
+      }),
+  );
+  assert.equal((await open(t2, opts)).error?.code, 'SECRET_LOST');
+  await t2.evaluate(() => window.simplysync.deleteDatabase('doomed.db'));
+  assert.ok((await open(t2, { ...opts, secret: await phraseIn(t2) })).ownerId, 'opens afresh');
+  await context.close();
+});
+
+test('resetLocalData({ requireSynced: true }) refuses while a change has not reached every relay', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const secret = await phraseIn(page);
+  await open(page, { secret, relays: [], schema: SCHEMA, autoSync: false, dbName: 'logout-none.db' });
+  const alone = await attempt(page, (e) => e.resetLocalData({ requireSynced: true }));
+  assert.equal(alone.error?.code, 'NOT_SYNCED', 'no relay: the data is only here');
+  await attempt(page, (e) => e.close());
+  await open(page, { secret, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'logout.db' });
+  await attempt(page, (e) => e.insert('todos', { id: 'a', title: 'not yet sent' }));
+  const refused = await attempt(page, (e) => e.resetLocalData({ requireSynced: true }));
+  assert.equal(refused.error?.code, 'NOT_SYNCED');
+  assert.match(refused.error.message, /1 pending/);
+  assert.equal((await attempt(page, (e) => e.list('todos'))).value.length, 1, 'nothing deleted; the engine still runs');
+  await attempt(page, (e) => e.sync());
+  const done = await attempt(page, (e) => e.resetLocalData({ requireSynced: true }));
+  assert.equal(done.error, undefined, JSON.stringify(done));
+  assert.equal(await page.evaluate(() => window.simplysync.hasStoredSecret('logout.db')), false);
+  await context.close();
+});
+
+test('status without the network: engine.status, hasSynced and waitForFirstSync; getRelayStatuses asks relays only when told to', async () => {
+  assert.ok(STALLED, 'scripts/test.sh names a stalled listener in SIMPLYSYNC_TEST_STALLED');
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const secret = await phraseIn(page);
+  await open(page, { secret, relays: [STALLED], schema: SCHEMA, autoSync: false, dbName: 'status.db', requestTimeoutMs: 20000 });
+  const offline = await page.evaluate(async () => {
+    const e = window.engine;
+    const started = Date.now();
+    const asked = await e.getRelayStatuses();
+    return { urls: e.status.map((s) => s.url), hasSynced: e.hasSynced, local: asked.map((s) => s.state), ms: Date.now() - started };
+  });
+  assert.deepEqual([offline.urls, offline.hasSynced], [[STALLED], false]);
+  assert.ok(offline.ms < 2000, `getRelayStatuses() answered from local state in ${offline.ms} ms`);
+  await attempt(page, (e) => e.close());
+  // A device that syncs: waitForFirstSync resolves once a relay was read; a reopen knows it at once.
+  await open(page, { secret, relays: [RELAY], schema: SCHEMA, dbName: 'status-synced.db' });
+  const first = await page.evaluate(async () => {
+    await window.engine.waitForFirstSync();
+    return { hasSynced: window.engine.hasSynced, lastSyncAt: window.engine.status[0].lastSyncAt };
+  });
+  assert.equal(first.hasSynced, true);
+  assert.equal(typeof first.lastSyncAt, 'number');
+  const refreshed = await attempt(page, async (e) => (await e.getRelayStatuses({ refresh: true }))[0].account);
+  assert.ok(refreshed.value === null || typeof refreshed.value.quotaBytes === 'number', JSON.stringify(refreshed));
+  await attempt(page, (e) => e.close());
+  await open(page, { secret, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'status-synced.db' });
+  assert.equal(await page.evaluate(() => window.engine.hasSynced), true, 'known from local state after a reopen');
   await context.close();
 });

@@ -309,6 +309,22 @@ async fn app_sql_never_reads_the_engines_tables_nor_sqlites_however_it_names_the
 }
 
 #[test]
+async fn query_gives_boolean_and_json_columns_as_list_does_unless_asked_for_raw_values() {
+    let d = device().await;
+    let row = parse_json(r#"{"id":"a","title":"milk","done":true,"meta":{"n":2,"tags":["x"]}}"#).unwrap();
+    d.engine.insert("todos", row).unwrap();
+    let sql = "SELECT t.done, meta, done AS finished, done + 0 AS sum, json_extract(meta, '$.n') AS n, title FROM todos t";
+    let typed = d.engine.query(sql, &[]).unwrap();
+    let expected = r#"{"done":true,"meta":{"n":2,"tags":["x"]},"finished":true,"sum":1,"n":2,"title":"milk"}"#;
+    assert_eq!(typed, vec![parse_json(expected).unwrap()], "columns as list() gives them; expressions as SQLite does");
+    let listed = d.engine.list("todos", &ListOptions::default()).unwrap();
+    assert_eq!((listed[0].get("done"), listed[0].get("meta")), (typed[0].get("done"), typed[0].get("meta")));
+    let raw = d.engine.query_raw(sql, &[]).unwrap();
+    let expected = r#"{"done":1,"meta":"{\"n\":2,\"tags\":[\"x\"]}","finished":1,"sum":1,"n":2,"title":"milk"}"#;
+    assert_eq!(raw, vec![parse_json(expected).unwrap()]);
+}
+
+#[test]
 async fn a_read_that_writes_underneath_is_refused_and_later_writes_still_commit() {
     let d = device().await;
     let ops: Vec<Op> =
