@@ -61,12 +61,49 @@ export declare function useRelayStatuses(): RelayStatus[];
 /** The latest pull progress (a restore's progress bar), or null before the first report. */
 export declare function useSyncProgress(): Progress | null;
 
+/** What {@link useStatus} returns. */
+export interface EngineStatus {
+  /** Every relay's status as last known (no request). */
+  relays: RelayStatus[];
+  /** Whether a relay was ever read from on this device. */
+  hasSynced: boolean;
+  /** The error the engine closed with (its `code` says why: `OUTDATED`, `DELETED`, `SECRET_LOST`, …), or null while open. */
+  closed: SimplySyncError | null;
+}
+
+/**
+ * The engine's state without a request, re-rendered on each status change and when the engine
+ * closes — the place to show "syncing…", "offline", or a reload prompt after an app update.
+ * @example
+ * ```tsx
+ * const { hasSynced, closed } = useStatus();
+ * if (closed?.code === 'OUTDATED') return <p>A newer version is open in another tab. <button onClick={() => location.reload()}>Reload</button></p>;
+ * ```
+ */
+export declare function useStatus(): EngineStatus;
+
+/**
+ * Rows of `table`, kept current, for `<Suspense>`: suspends until the first result, then
+ * returns the rows; an error before any result goes to the nearest error boundary.
+ * @example
+ * ```tsx
+ * <Suspense fallback={<Spinner />}><TodoList /></Suspense> // TodoList: const todos = useSuspenseQuery('todos');
+ * ```
+ */
+export declare function useSuspenseQuery<T extends string>(table: T, options?: ListOptionsOf<Schema, T>): RowOf<Schema, T>[];
+
+/** The result of read-only SQL, kept current, for `<Suspense>` (see {@link useSuspenseQuery}). */
+export declare function useSuspenseSqlQuery<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[]): R[];
+
 /** The hooks, typed by one schema (see {@link createHooks}). */
 export interface TypedHooks<S extends Schema> {
   useEngine(): Engine<S>;
   useQuery<T extends TableName<S>>(table: T, options?: ListOptionsOf<S, T>): QueryState<RowOf<S, T>[]>;
   useSqlQuery<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[]): QueryState<R[]>;
+  useSuspenseQuery<T extends TableName<S>>(table: T, options?: ListOptionsOf<S, T>): RowOf<S, T>[];
+  useSuspenseSqlQuery<R extends object = { [column: string]: JsonValue }>(sql: string, params?: JsonValue[]): R[];
   useRelayStatuses(): RelayStatus[];
+  useStatus(): EngineStatus;
   useSyncProgress(): Progress | null;
 }
 

@@ -1,7 +1,10 @@
+'use client';
 // React bindings (`simplysync/react`): an engine in context, and hooks on top of live queries
 // (Engine.watch / watchQuery) and the engine's status and progress events, all through
 // useSyncExternalStore. React is a peer dependency: the app's own copy is used, never bundled.
-import { createContext, createElement, useContext, useMemo, useSyncExternalStore } from 'react';
+// 'use client': the hooks run in the browser only (Next.js's App Router renders this module's
+// importers as client components).
+import { createContext, createElement, useContext, useEffect, useMemo, useSyncExternalStore } from 'react';
 
 import { SimplySyncError } from './errors.js';
 import { stableJson } from './stable-json.js';
@@ -80,6 +83,101 @@ export function useSqlQuery(sql, params = []) {
   return useLive(engine, stableJson(['sql', sql, params]), (onData, onError) => engine.watchQuery(sql, params, onData, onError));
 }
 
+/**
+ * Live queries for Suspense: one store per engine and query, kept across the render that
+ * suspended (React keeps no state of a component that suspends before it mounts). A pending
+ * query holds its own subscription until a component subscribes, or 30 s at most.
+ */
+const suspended = new WeakMap(); // engine -> Map(key -> {store, ready, hold})
+
+function suspenseEntry(engine, key, start) {
+  let byKey = suspended.get(engine);
+  if (!byKey) suspended.set(engine, (byKey = new Map()));
+  let entry = byKey.get(key);
+  if (!entry) {
+    const store = liveStore(start);
+    entry = { store, hold: null };
+    entry.ready = new Promise((resolve) => {
+      entry.hold = store.subscribe(() => !store.getSnapshot().isLoading && resolve());
+    });
+    const timer = setTimeout(() => release(entry), 30000);
+    entry.release = () => {
+      clearTimeout(timer);
+      entry.hold?.();
+      entry.hold = null;
+    };
+    byKey.set(key, entry);
+  }
+  return { entry, forget: () => byKey.get(key) === entry && byKey.delete(key) };
+}
+
+const release = (entry) => entry.release();
+
+function useSuspenseLive(engine, key, start) {
+  const { entry, forget } = suspenseEntry(engine, key, start);
+  const state = useSyncExternalStore(entry.store.subscribe, entry.store.getSnapshot, entry.store.getSnapshot);
+  // Subscribed now: the entry's own hold is no longer needed.
+  useEffect(() => release(entry), [entry]);
+  if (state.isLoading) throw entry.ready;
+  if (state.error && state.data === undefined) {
+    forget(); // a retry (an error boundary's reset) starts the query afresh
+    release(entry);
+    throw state.error;
+  }
+  return state.data;
+}
+
+/**
+ * Rows of `table`, kept current, for `<Suspense>`: suspends until the first result and returns
+ * the rows (an error before any result goes to the nearest error boundary).
+ */
+export function useSuspenseQuery(table, options = {}) {
+  const engine = useEngine();
+  return useSuspenseLive(engine, stableJson(['list', table, options]), (onData, onError) => engine.watch(table, options, onData, onError));
+}
+
+/** The result of a read-only SQL query, kept current, for `<Suspense>` (see {@link useSuspenseQuery}). */
+export function useSuspenseSqlQuery(sql, params = []) {
+  const engine = useEngine();
+  return useSuspenseLive(engine, stableJson(['sql', sql, params]), (onData, onError) => engine.watchQuery(sql, params, onData, onError));
+}
+
+/**
+ * The engine's state without a request: `{relays, hasSynced, closed}` — every relay's status,
+ * whether a relay was ever read from, and the error the engine closed with (null while open).
+ * Re-rendered on each status and on close.
+ */
+export function useStatus() {
+  const engine = useEngine();
+  const store = useMemo(() => statusStore(engine), [engine]);
+  return useSyncExternalStore(store.subscribe, store.getSnapshot, store.getSnapshot);
+}
+
+function statusStore(engine) {
+  let closed = null;
+  const read = () => Object.freeze({ relays: engine.status, hasSynced: engine.hasSynced, closed });
+  let value = read();
+  return {
+    subscribe(onChange) {
+      const changed = () => {
+        value = read();
+        onChange();
+      };
+      value = read(); // what changed before this subscription
+      const offStatus = engine.onStatus(changed);
+      const offClose = engine.onClose((e) => {
+        closed = e;
+        changed();
+      });
+      return () => {
+        offStatus();
+        offClose();
+      };
+    },
+    getSnapshot: () => value,
+  };
+}
+
 /** A store of the latest value an engine event carried (`initial` until the first). */
 function eventStore(engine, listen, first) {
   let value = null;
@@ -129,5 +227,5 @@ export function useSyncProgress() {
  * `createHooks<typeof schema>()`. At run time they are the same functions.
  */
 export function createHooks() {
-  return { useEngine, useQuery, useSqlQuery, useRelayStatuses, useSyncProgress };
+  return { useEngine, useQuery, useSqlQuery, useSuspenseQuery, useSuspenseSqlQuery, useRelayStatuses, useStatus, useSyncProgress };
 }

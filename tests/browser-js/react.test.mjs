@@ -91,6 +91,18 @@ test('the React example: a todo added on one device re-renders the list on anoth
   const stored = await b.page.evaluate(() => localStorage.length + sessionStorage.length);
   assert.equal(stored, 0);
   await b.page.screenshot({ path: path.join(root, 'test-results/example/react-device-b.png') });
+
+  // A second tab of device B follows its engine; logging out in the first (once every change
+  // reached the relay) closes it, and useStatus shows why instead of a list that stopped.
+  const b2 = await b.context.newPage();
+  b2.on('pageerror', (e) => pageErrors.push(e.message));
+  await b2.goto(url);
+  await b2.waitForFunction(() => document.querySelectorAll('[data-testid=todos] li').length === 2, null, { timeout: 15000 });
+  await b.page.waitForSelector('.badge[data-state=synced]', { timeout: 15000 });
+  await b.page.getByRole('button', { name: 'Log out on this device' }).click();
+  await b2.waitForSelector('[data-testid=closed][data-code=CLOSED]', { timeout: 15000 });
+  await b2.getByRole('button', { name: 'Continue' }).click();
+  await b2.getByRole('button', { name: 'Start fresh' }).waitFor({ timeout: 15000 });
   await a.context.close();
   await b.context.close();
 });

@@ -1,12 +1,37 @@
 // The todo list: live queries re-render it when this tab, another tab or another device (after
-// a sync) changes a todo; the relay badges follow each relay's status.
-import { useState } from 'react';
+// a sync) changes a todo; the relay badges follow each relay's status. The list suspends until
+// its first result (<Suspense>); a closed engine (logged out in another tab, a newer version of
+// the app opened, the key lost) shows why, instead of a list that no longer updates.
+import { Suspense, useState } from 'react';
 
-import { useEngine, useQuery, useRelayStatuses, useSqlQuery, useSyncProgress } from './schema';
+import { useEngine, useRelayStatuses, useSqlQuery, useStatus, useSuspenseQuery, useSyncProgress } from './schema';
 
-export function Todos() {
+export function Todos({ onSignedOut }: { onSignedOut: () => void }) {
+  const { closed } = useStatus();
+  if (closed) return <Closed code={closed.code} message={closed.message} onSignedOut={onSignedOut} />;
+  return <TodoApp />;
+}
+
+function Closed({ code, message, onSignedOut }: { code: string; message: string; onSignedOut: () => void }) {
+  if (code === 'OUTDATED') {
+    return (
+      <main data-testid="closed" data-code={code}>
+        <p>A newer version of this app is open in another tab.</p>
+        <button onClick={() => location.reload()}>Reload</button>
+      </main>
+    );
+  }
+  return (
+    <main data-testid="closed" data-code={code}>
+      <p>{code === 'SECRET_LOST' ? 'This browser lost the key to your todos.' : 'You were signed out on this device.'}</p>
+      <p className="error">{message}</p>
+      <button onClick={onSignedOut}>Continue</button>
+    </main>
+  );
+}
+
+function TodoApp() {
   const engine = useEngine();
-  const { data: todos = [], isLoading, error } = useQuery('todos', { orderBy: 'createdAt' });
   const { data: counts } = useSqlQuery<{ open: number }>('SELECT count(*) AS open FROM todos WHERE NOT deleted AND NOT coalesce(done, 0)');
   const [title, setTitle] = useState('');
   const [failure, setFailure] = useState<string | null>(null);
@@ -28,29 +53,38 @@ export function Todos() {
         <input value={title} onChange={(e) => setTitle(e.target.value)} placeholder="What needs doing?" aria-label="new todo" />
         <button>Add</button>
       </form>
-      {isLoading && <p>Loading…</p>}
-      {error && <p className="error">{error.message}</p>}
       {failure && <p className="error">{failure}</p>}
-      <ul data-testid="todos">
-        {todos.map((t) => (
-          <li key={t.id} data-done={t.done ? 'true' : 'false'}>
-            <label>
-              <input type="checkbox" checked={!!t.done} onChange={() => run(engine.update('todos', t.id, { done: !t.done }))} />
-              <span>{t.title}</span>
-            </label>
-            <button aria-label={`delete ${t.title}`} onClick={() => run(engine.delete('todos', t.id))}>×</button>
-          </li>
-        ))}
-      </ul>
+      <Suspense fallback={<p>Loading…</p>}>
+        <TodoList run={run} />
+      </Suspense>
       <p data-testid="open-count">{counts ? `${counts[0]?.open ?? 0} open` : ''}</p>
       <footer>
         <button onClick={() => run(engine.sync())}>Sync now</button>
+        <button onClick={() => run(engine.resetLocalData({ requireSynced: true }))}>Log out on this device</button>
         <details>
           <summary>Recovery phrase</summary>
           <Phrase />
         </details>
       </footer>
     </main>
+  );
+}
+
+function TodoList({ run }: { run: (work: Promise<unknown>) => void }) {
+  const engine = useEngine();
+  const todos = useSuspenseQuery('todos', { orderBy: 'createdAt' });
+  return (
+    <ul data-testid="todos">
+      {todos.map((t) => (
+        <li key={t.id} data-done={t.done ? 'true' : 'false'}>
+          <label>
+            <input type="checkbox" checked={!!t.done} onChange={() => run(engine.update('todos', t.id, { done: !t.done }))} />
+            <span>{t.title}</span>
+          </label>
+          <button aria-label={`delete ${t.title}`} onClick={() => run(engine.delete('todos', t.id))}>×</button>
+        </li>
+      ))}
+    </ul>
   );
 }
 

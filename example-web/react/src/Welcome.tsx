@@ -2,7 +2,7 @@
 import { useState } from 'react';
 import { createMnemonic, validateSecret } from 'simplysync';
 
-export function Welcome({ onSecret }: { onSecret: (secret: string) => Promise<void> }) {
+export function Welcome({ note, onSecret }: { note?: string; onSecret: (secret: string) => Promise<void> }) {
   const [phrase, setPhrase] = useState<string | null>(null);
   const [typed, setTyped] = useState('');
   const [error, setError] = useState<string | null>(null);
@@ -35,6 +35,7 @@ export function Welcome({ onSecret }: { onSecret: (secret: string) => Promise<vo
   return (
     <main>
       <h1>Todos (React)</h1>
+      {note && <p className="error">{note}</p>}
       <button disabled={busy} onClick={async () => setPhrase(await createMnemonic())}>Start fresh</button>
       <form
         onSubmit={(e) => {

@@ -27,7 +27,7 @@ function show(engine: Engine<typeof schema>) {
   root.render(
     <StrictMode>
       <EngineProvider engine={engine}>
-        <Todos />
+        <Todos onSignedOut={startOrSay} />
       </EngineProvider>
     </StrictMode>,
   );
@@ -35,17 +35,28 @@ function show(engine: Engine<typeof schema>) {
 
 async function start() {
   const options = { relays: await relays(), schema, dbName: DB };
+  let note: string | undefined;
   if (await hasStoredSecret(DB)) {
-    show(await createEngine(options)); // welcome back: the engine keeps the phrase
-    return;
+    try {
+      show(await createEngine(options)); // welcome back: the engine keeps the phrase
+      return;
+    } catch (e) {
+      // The browser evicted the key that sealed the phrase: the phrase opens the data again.
+      if ((e as { code?: string }).code !== 'SECRET_LOST') throw e;
+      note = 'This browser lost the key to your todos: enter your recovery phrase to open them again.';
+    }
   }
   root.render(
     <StrictMode>
-      <Welcome onSecret={async (secret) => show(await createEngine({ ...options, secret }))} />
+      <Welcome note={note} onSecret={async (secret) => show(await createEngine({ ...options, secret }))} />
     </StrictMode>,
   );
 }
 
-start().catch((e) => {
-  root.render(<p className="error">Could not start: {String(e?.message ?? e)}</p>);
-});
+function startOrSay() {
+  start().catch((e) => {
+    root.render(<p className="error">Could not start: {String(e?.message ?? e)}</p>);
+  });
+}
+
+startOrSay();

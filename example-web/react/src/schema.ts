@@ -18,4 +18,4 @@ export const schema = defineSchema({
   ],
 });
 
-export const { useEngine, useQuery, useSqlQuery, useRelayStatuses, useSyncProgress } = createHooks(schema);
+export const { useEngine, useSuspenseQuery, useSqlQuery, useRelayStatuses, useStatus, useSyncProgress } = createHooks(schema);

@@ -2,7 +2,8 @@
 // and the lines after `@ts-expect-error` must not (a wrong table, column or value type).
 import { defineSchema, type Engine } from 'simplysync';
 import {
-  createHooks, EngineProvider, useEngine, useQuery, useRelayStatuses, useSqlQuery, useSyncProgress, type QueryState,
+  createHooks, EngineProvider, useEngine, useQuery, useRelayStatuses, useSqlQuery, useStatus, useSuspenseQuery,
+  useSuspenseSqlQuery, useSyncProgress, type EngineStatus, type QueryState,
 } from 'simplysync/react';
 
 const schema = defineSchema({
@@ -25,6 +26,13 @@ export function TypedList() {
   typed.useQuery('todos', { where: { done: 'no' } });
   // @ts-expect-error: rows of todos have no "label"
   console.log(data[0]?.label);
+  const suspended: (boolean | null)[] = typed.useSuspenseQuery('todos', { orderBy: 'title' }).map((t) => t.done);
+  const [first] = typed.useSuspenseSqlQuery<{ n: number }>('SELECT count(*) AS n FROM todos');
+  const { relays, hasSynced, closed } = typed.useStatus();
+  const code: string | undefined = closed?.code;
+  // @ts-expect-error: no table "todo"
+  typed.useSuspenseQuery('todo');
+  console.log(suspended, first?.n, relays.length, hasSynced, code);
   return (
     <ul data-loading={isLoading} title={error?.message}>
       {titles.map((t, i) => <li key={i}>{t}</li>)}
@@ -39,6 +47,10 @@ export function UntypedList() {
   const engine: Engine = useEngine();
   const statuses = useRelayStatuses();
   const progress = useSyncProgress();
+  const status: EngineStatus = useStatus();
+  const rows2: { id: string }[] = useSuspenseQuery('anything');
+  const rows3 = useSuspenseSqlQuery('SELECT 1 AS one');
+  console.log(status.hasSynced, rows2.length, rows3.length);
   return <p>{state.data?.length} {rows?.length} {engine.deviceId} {statuses.length} {progress?.done ? 'done' : ''}</p>;
 }
 

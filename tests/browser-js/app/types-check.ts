@@ -2,7 +2,7 @@
 // type every call an app makes, with no `any` leaking into app code.
 import {
   createEngine, createMnemonic, createRecoveryKey, decryptBlob, decryptEnvelope, deriveIdentity, encryptBlob,
-  encryptPayload, hasStoredSecret, validateSecret, SimplySyncError,
+  encryptPayload, hasStoredSecret, validateSecret, deleteDatabase, SimplySyncError,
   type ChangeEvent, type Engine, type ErrorCode, type Progress, type RelayStatus, type Row, type Schema, type StorageInfo,
   type SyncReport,
 } from 'simplysync';
@@ -22,7 +22,7 @@ export async function app(): Promise<void> {
     const reopened: Engine = await createEngine({ relays: [], schema, dbName: 'todos.db' });
     await reopened.close();
   }
-  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'idb', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000 });
+  const engine: Engine = await createEngine({ secret, relays: ['http://127.0.0.1:8787'], schema, autoSync: false, storage: 'idb', maxEventBytes: 262144, maxBlobBytes: 1048576, requestTimeoutMs: 30000, unresponsiveMs: 15000, persist: false });
   const row: Row = await engine.insert('todos', { id: 'a', title: 'milk', done: false });
   const updated: Row = await engine.update('todos', row.id, { done: true });
   await engine.upsert('todos', { id: 'b', title: null });
@@ -42,6 +42,12 @@ export async function app(): Promise<void> {
   const report: SyncReport = await engine.sync();
   console.log(report.relays.map((r) => r.pushed), updated.updatedAt, rows.length, one?.deleted, list.length, counted[0]?.n);
   const statuses: RelayStatus[] = await engine.getRelayStatuses();
+  const refreshed: RelayStatus[] = await engine.getRelayStatuses({ refresh: true });
+  const known: RelayStatus[] = engine.status;
+  const synced: boolean = engine.hasSynced;
+  await engine.waitForFirstSync();
+  const raw = await engine.query('SELECT done FROM todos', [], { raw: true });
+  console.log(refreshed.length, known.length, synced, raw.length);
   await engine.addRelay('http://127.0.0.1:9999');
   await engine.removeRelay('http://127.0.0.1:9999');
   const purged: number = (await engine.purgeDeleted()) + (await engine.purgeRows('todos', ['a']));
@@ -64,7 +70,7 @@ export async function app(): Promise<void> {
   } catch (e) {
     if (e instanceof SimplySyncError) {
       const code: ErrorCode = e.code;
-      console.log(code === 'UNKNOWN_TABLE');
+      console.log(code === 'UNKNOWN_TABLE' || code === 'OUTDATED' || code === 'UNRESPONSIVE' || code === 'DELETED' || code === 'NOT_SYNCED');
     }
   }
   const info: StorageInfo = await engine.storage();
@@ -72,8 +78,9 @@ export async function app(): Promise<void> {
   engine.onClose((e: SimplySyncError) => console.log(e.code));
   const revoked: boolean = engine.revokeBlobUrl(url);
   console.log(revoked);
-  await engine.resetLocalData();
+  await engine.resetLocalData({ requireSynced: true });
   await engine.close();
+  await deleteDatabase('todos.db');
   const id = await deriveIdentity(secret);
   const env = await encryptPayload(id, { eventId: 'e', deviceId: 'd' }, { hello: 'world' });
   console.log(await decryptEnvelope(id, env), id.ownerId, id.streamId('todos', 'a'));
