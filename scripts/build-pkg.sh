@@ -21,7 +21,7 @@ wasm-pack build --profile wasm-release --target web --mode no-install --out-dir 
   pkg/simplysync_bg.wasm -o pkg/simplysync_bg.opt.wasm
 mv pkg/simplysync_bg.opt.wasm pkg/simplysync_bg.wasm
 rm -f pkg/.gitignore pkg/package.json pkg/README.md
-cp js/*.d.ts pkg-template/README.md pkg/
+cp js/*.d.ts pkg-template/README.md LICENSE pkg/
 # The JS without comments and whitespace (esbuild, one file at a time, no bundling): names stay,
 # so stack traces still read; the readable sources with their comments are js/ in the repo.
 # The wasm-bindgen glue too. -14 KB gzip of the package (BENCHMARKS.md, round seventeen).

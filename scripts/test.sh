@@ -103,7 +103,7 @@ WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TE
 
 stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && bounded 120 "${node_test[@]}" units.test.mjs && bounded 1200 "${node_test[@]}" package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs crash.test.mjs)
+(cd tests/browser-js && bounded 120 "${node_test[@]}" units.test.mjs packaging.test.mjs && bounded 1200 "${node_test[@]}" package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs crash.test.mjs)
 echo "TypeScript: the declarations type a strict app using the whole API; typed rows and hooks refuse wrong names and types"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
 
