@@ -288,7 +288,7 @@ export class Hub {
     }, delay);
   }
 
-  #toWorker(method, args, requestId, timeoutMs, firstSend = false) {
+  #toWorker(method, args, requestId, timeoutMs, firstSend = false, transfer = undefined) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
     if (this.#stuck && method !== 'ping') return Promise.reject(this.#unresponsive());
     const id = randomId();
@@ -305,7 +305,7 @@ export class Hub {
         fn(v);
       };
       this.#workerCalls.set(id, { method, resolve: done(resolve), reject: done(reject) });
-      this.#worker.postMessage({ id, method, args, requestId, firstSend });
+      this.#worker.postMessage({ id, method, args, requestId, firstSend }, transfer ?? []);
     });
   }
 
@@ -459,12 +459,12 @@ export class Hub {
   // ---- calls -------------------------------------------------------------------------------
 
   /** Runs a call on this tab's worker (leader only). */
-  async #run(method, args, requestId, firstSend) {
+  async #run(method, args, requestId, firstSend, transfer) {
     if (this.#restarting) await this.#restarting;
     if (this.closed) throw closedError();
     if (method === 'info') return this.info;
     if (method === 'storageInfo') return { ...this.info.storage };
-    const value = await this.#toWorker(method, args, requestId, undefined, firstSend);
+    const value = await this.#toWorker(method, args, requestId, undefined, firstSend, transfer);
     if (method === 'reset') this.#afterReset();
     return value;
   }
@@ -474,11 +474,11 @@ export class Hub {
     if (!call) return;
     // Never sent before (to any tab): the engine need not look for its request's record. Only a
     // call the previous leader may have run is sent again, and it says so by leaving this out.
-    const firstSend = call.sentTo === null;
+    const firstSend = call.sentTo === null && !call.keyed;
     if (this.role === 'leader') {
       if (call.sentTo === this.tabId) return;
       call.sentTo = this.tabId;
-      this.#run(call.method, call.args, call.requestId, firstSend).then(
+      this.#run(call.method, call.args, call.requestId, firstSend, call.transfer).then(
         (v) => this.#calls.settle(id, true, v),
         (e) => this.#calls.settle(id, false, e),
       );
@@ -489,16 +489,20 @@ export class Hub {
     }
   }
 
-  /** Calls the engine (here or in the leader tab). */
-  call(method, args = []) {
+  /**
+   * Calls the engine (here or in the leader tab). `options`: `requestId` (a mutating call's own,
+   * e.g. a blob's digest: then never sent as a first send), `extraMs` added to its deadline,
+   * `transfer` (buffers of `args` moved to this tab's worker rather than copied).
+   */
+  call(method, args = [], options = {}) {
     if (this.closed) return Promise.reject(closedError());
     if (LEADER_ONLY.has(method) && this.role === 'follower') {
       return Promise.reject(new SimplySyncError(`${method} is answered only in the tab that runs the engine (this tab follows it)`, 'LEADER_ONLY'));
     }
     const id = this.#calls.nextId();
-    const requestId = MUTATING.has(method) ? id : undefined;
-    const timeoutMs = LONG.has(method) ? this.#options.longCallTimeoutMs : this.#options.callTimeoutMs;
-    const promise = this.#calls.add(id, { method, args, requestId }, timeoutMs);
+    const requestId = MUTATING.has(method) ? (options.requestId ?? id) : undefined;
+    const timeoutMs = (LONG.has(method) ? this.#options.longCallTimeoutMs : this.#options.callTimeoutMs) + (options.extraMs ?? 0);
+    const promise = this.#calls.add(id, { method, args, requestId, keyed: options.requestId !== undefined, transfer: options.transfer }, timeoutMs);
     this.#dispatch(id);
     return promise;
   }

@@ -549,3 +549,32 @@ test('status without the network: engine.status, hasSynced and waitForFirstSync;
   assert.equal(await page.evaluate(() => window.engine.hasSynced), true, 'known from local state after a reopen');
   await context.close();
 });
+
+test('putBlob: a retry after a TIMEOUT gets the blob stored the first time, and a Blob moves to the worker uncopied', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  await open(page, { secret: await phraseIn(page), relays: [], schema: SCHEMA, autoSync: false, dbName: 'blob-once.db', callTimeoutMs: 1000 });
+  // The worker is busy for 5 s: the put's deadline (1 s + 2 s for its first MiB) passes first.
+  const worker = engineWorker(page);
+  const busy = worker.evaluate(() => {
+    const end = Date.now() + 5000;
+    while (Date.now() < end);
+  });
+  await new Promise((r) => setTimeout(r, 200));
+  const first = await page.evaluate(async () => {
+    window.bytes = Uint8Array.from({ length: 300000 }, (_, i) => (i * 7919 + Date.now()) & 255);
+    return window.engine.putBlob(window.bytes, { mimeType: 'image/png' }).then((m) => m.blobId, (e) => e.code);
+  });
+  assert.equal(first, 'TIMEOUT');
+  await busy;
+  const again = await page.evaluate(async () => {
+    const e = window.engine;
+    const retried = await e.putBlob(window.bytes, { mimeType: 'image/png' });
+    const asBlob = await e.putBlob(new Blob([window.bytes], { type: 'image/png' }));
+    const other = await e.putBlob(window.bytes, { mimeType: 'image/jpeg' });
+    const [{ n }] = await e.query('SELECT count(*) AS n FROM blob');
+    return { same: retried.blobId === asBlob.blobId, other: other.blobId !== retried.blobId, n, kept: window.bytes.byteLength };
+  });
+  assert.deepEqual(again, { same: true, other: true, n: 2, kept: 300000 }, 'one blob for the same bytes and type; the app\'s array is not detached');
+  await context.close();
+});
