@@ -1,7 +1,10 @@
 // The SimplySync todo example: plain ES modules on top of the built npm package (/pkg/).
 // The engine keeps the recovery phrase itself (sealed in its own database): the page never
 // stores it. First visit: create a phrase (and write it down) or restore one; later visits
-// reopen the engine without it.
+// reopen the engine without it. The list is a live query: it follows this tab's writes, other
+// tabs' and other devices', and a todo being edited is left alone while others change. When the
+// engine closes, the page says why (logged out in another tab, a newer version of the app, a
+// lost key) and offers what fits.
 import { createEngine, createMnemonic, hasStoredSecret, validateSecret } from '/pkg/index.js';
 
 const $ = (id) => document.getElementById(id);
@@ -24,6 +27,7 @@ const SCHEMA = {
 let engine = null;
 let config = { relays: [] };
 let statusTimer = null;
+let stopWatch = null;
 const imageUrls = new Map();
 const unsubscribers = [];
 
@@ -57,6 +61,7 @@ function confirmInPage(text, yes) {
 
 function showWelcome() {
   $('welcome').hidden = false;
+  $('phrase-label').textContent = 'Recovery phrase of your other device';
   $('controls').disabled = true;
   $('todos').replaceChildren();
   $('identity').textContent = '';
@@ -67,30 +72,49 @@ function showWelcome() {
 async function start(secret) {
   $('welcome').hidden = true;
   engine = await createEngine({ secret, relays: config.relays, schema: SCHEMA, dbName: DB });
-  window.engine = engine; // for the end-to-end tests and for curious developers
-  unsubscribers.push(engine.subscribe(['todos'], () => render()));
+  watchTodos();
+  unsubscribers.push(() => stopWatch?.());
   unsubscribers.push(engine.onStatus((s) => showStatuses(s)));
   unsubscribers.push(engine.onProgress((p) => showProgress(p)));
-  unsubscribers.push(
-    engine.onClose(() => {
-      // Another tab logged out: this one has no engine any more.
-      if (engine) stop().then(showWelcome);
-    }),
-  );
+  unsubscribers.push(engine.onClose((e) => closedElsewhere(e)));
   const storage = await engine.storage();
   $('identity').textContent = `owner ${engine.ownerId} · device ${engine.deviceId ?? '…'} · ${storage.mode}${engine.role === 'follower' ? ' · via another tab' : ''}`;
   if (!storage.durable) say(`Not saved on this device: ${storage.reason}`, 'info');
   $('controls').disabled = false;
   statusTimer = setInterval(refreshStatuses, 10000);
-  await render();
+  showStatuses(engine.status);
   refreshStatuses();
   document.body.dataset.ready = 'app';
+}
+
+/** The engine closed without this page asking: say why, and offer what fits. */
+function closedElsewhere(e) {
+  if (!engine) return;
+  detach();
+  if (e.code === 'OUTDATED') {
+    // A newer version of the app took the database over in another tab.
+    $('todos').replaceChildren();
+    $('outdated-panel').hidden = false;
+    document.body.dataset.ready = 'outdated';
+    return;
+  }
+  showWelcome();
+  if (e.code === 'SECRET_LOST') {
+    // The browser evicted the key that sealed the phrase: the phrase opens the data again.
+    say('This browser lost the key to your todos. Enter your recovery phrase to open them again.', 'info');
+    $('phrase-form').hidden = false;
+  } else if (e.code === 'CLOSED' || e.code === 'DELETED') {
+    say('You were logged out on this device (in another tab).', 'info');
+  } else {
+    say(`The todos closed: ${describe(e)}`);
+  }
 }
 
 /** Detaches the page from the engine (timers, listeners, image URLs); returns the engine. */
 function detach() {
   clearInterval(statusTimer);
   statusTimer = null;
+  stopWatch = null;
   $('controls').disabled = true;
   while (unsubscribers.length) unsubscribers.pop()();
   const old = engine;
@@ -135,6 +159,12 @@ function showStatuses(statuses) {
       return el;
     }),
   );
+  // Every relay closed this owner: another device changed the recovery phrase (a re-key).
+  if (statuses.length && statuses.every((s) => s.state === 'closed')) {
+    $('phrase-label').textContent = 'Your recovery phrase was changed on another device. Enter the new one:';
+    $('phrase-form').hidden = false;
+    return;
+  }
   const down = statuses.find((s) => s.state === 'offline');
   if (down) say(`Relay ${down.url} is unreachable: ${down.error?.message ?? 'no answer'}. Changes are kept and sent when it is back.`);
   else if ($('message').textContent.startsWith('Relay ')) say('');
@@ -143,9 +173,11 @@ function showStatuses(statuses) {
 async function refreshStatuses() {
   if (!engine) return;
   try {
-    showStatuses(await engine.getRelayStatuses());
+    showStatuses(await engine.getRelayStatuses({ refresh: true })); // with each relay's quota
   } catch (e) {
     say(describe(e));
+    // What the user changed in the list did not happen: show the todos as they are.
+    for (const li of $('todos').children) updateItem(li, li.todo);
   }
 }
 
@@ -186,28 +218,25 @@ const observer = new IntersectionObserver(async (entries) => {
   }
 });
 
+/** A todo's list item; {@link updateItem} keeps it current. */
 function todoItem(t) {
   const li = document.createElement('li');
   li.dataset.id = t.id;
-  li.className = `${t.done ? 'done' : ''} ${t.deleted ? 'deleted' : ''}`;
   const box = document.createElement('input');
   box.type = 'checkbox';
-  box.checked = !!t.done;
-  box.disabled = t.deleted;
-  box.onchange = () => act(() => engine.update('todos', t.id, { done: box.checked }));
+  box.onchange = () => act(() => engine.update('todos', li.todo.id, { done: box.checked }));
   const text = document.createElement('span');
   text.className = 'text';
-  text.textContent = t.title;
   text.onclick = () => {
-    if (t.deleted) return;
+    if (li.todo.deleted) return;
     text.contentEditable = 'true';
     text.focus();
   };
   const save = () => {
     text.contentEditable = 'false';
     const title = text.textContent.trim();
-    if (title && title !== t.title) act(() => engine.update('todos', t.id, { title }));
-    else text.textContent = t.title;
+    if (title && title !== li.todo.title) act(() => engine.update('todos', li.todo.id, { title }));
+    else text.textContent = li.todo.title;
   };
   text.onblur = save;
   text.onkeydown = (e) => {
@@ -220,40 +249,71 @@ function todoItem(t) {
   del.textContent = '✕';
   del.title = 'Delete';
   del.className = 'delete';
-  del.hidden = t.deleted;
-  del.onclick = () => act(() => engine.delete('todos', t.id));
+  del.onclick = () => act(() => engine.delete('todos', li.todo.id));
   li.append(box, text, del);
-  if (t.image) {
-    const slot = document.createElement('span');
+  updateItem(li, t);
+  return li;
+}
+
+/** Shows `t` in its item; a title being edited here is left as the user typed it. */
+function updateItem(li, t) {
+  li.todo = t;
+  li.className = `${t.done ? 'done' : ''} ${t.deleted ? 'deleted' : ''}`;
+  const [box, text, del] = li.children;
+  box.checked = !!t.done;
+  box.disabled = t.deleted;
+  if (text.contentEditable !== 'true') text.textContent = t.title;
+  del.hidden = t.deleted;
+  let slot = li.querySelector('.image-slot');
+  if (slot && slot.dataset.blob !== t.image) {
+    slot.remove();
+    slot = null;
+  }
+  if (t.image && !slot) {
+    slot = document.createElement('span');
     slot.className = 'image-slot';
     slot.dataset.blob = t.image;
     slot.textContent = imageUrls.has(t.image) ? '' : 'loading image…';
     li.append(slot);
     observer.observe(slot);
   }
-  return li;
 }
 
-let rendering = Promise.resolve();
-function render() {
-  // One render at a time; a failed render is reported and the next one still runs.
-  rendering = rendering
-    .then(async () => {
-      if (!engine) return;
-      const todos = await engine.list('todos', { orderBy: 'createdAt', includeDeleted: $('show-deleted').checked });
-      $('todos').replaceChildren(...todos.map(todoItem));
-      $('empty').hidden = todos.length > 0;
-      // Images no longer listed give their memory back.
-      const shown = new Set(todos.map((t) => t.image).filter(Boolean));
-      for (const [blobId, url] of imageUrls) {
-        if (!shown.has(blobId)) {
-          engine.revokeBlobUrl(url);
-          imageUrls.delete(blobId);
-        }
-      }
-    })
-    .catch((e) => say(`Could not show the todos: ${describe(e)}`));
-  return rendering;
+/** Follows the todos with a live query (again when "show deleted" changes). */
+function watchTodos() {
+  stopWatch?.();
+  stopWatch = engine.watch(
+    'todos',
+    { orderBy: 'createdAt', includeDeleted: $('show-deleted').checked },
+    (todos) => render(todos),
+    (e) => say(`Could not show the todos: ${describe(e)}`),
+  );
+}
+
+/**
+ * Shows `todos`, keeping the items already shown (moved only when out of place): an item's
+ * element, and a title being edited in it, survive another device's change.
+ */
+function render(todos) {
+  const list = $('todos');
+  const shown = new Map([...list.children].map((li) => [li.dataset.id, li]));
+  const wanted = new Set(todos.map((t) => t.id));
+  for (const [id, li] of shown) if (!wanted.has(id)) li.remove();
+  todos.forEach((t, i) => {
+    let li = shown.get(t.id);
+    if (li) updateItem(li, t);
+    else li = todoItem(t);
+    if (list.children[i] !== li) list.insertBefore(li, list.children[i] ?? null);
+  });
+  $('empty').hidden = todos.length > 0;
+  // Images no longer listed give their memory back.
+  const images = new Set(todos.map((t) => t.image).filter(Boolean));
+  for (const [blobId, url] of imageUrls) {
+    if (!images.has(blobId)) {
+      engine.revokeBlobUrl(url);
+      imageUrls.delete(blobId);
+    }
+  }
 }
 
 async function act(fn) {
@@ -265,7 +325,6 @@ async function act(fn) {
     await fn();
   } catch (e) {
     say(describe(e));
-    render();
   }
 }
 
@@ -291,7 +350,8 @@ $('new-todo').onsubmit = (e) => {
   });
 };
 $('image').onchange = () => $('image').parentElement.classList.toggle('chosen', $('image').files.length > 0);
-$('show-deleted').onchange = () => render();
+$('show-deleted').onchange = () => engine && watchTodos();
+$('reload').onclick = () => location.reload();
 
 $('sync-now').onclick = () =>
   act(async () => {

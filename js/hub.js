@@ -242,6 +242,9 @@ export class Hub {
       }
     }
     info.packageVersion = PACKAGE_VERSION;
+    // The engine keeps the secret now (sealed at rest): this page lets go of its copy. Memory
+    // storage keeps nothing, so a restart or a takeover there still needs the app's.
+    if (info.storage.mode !== 'memory') this.#secret = undefined;
     this.info = info;
     this.lastStatus = info.status ?? [];
     this.#emit('owner', info.ownerId);
@@ -419,6 +422,7 @@ export class Hub {
       }
       this.info = info;
       this.lastStatus = info.status ?? [];
+      if (info.storage.mode !== 'memory') this.#secret = undefined; // the engine keeps it
       this.#ready();
     } catch (e) {
       // This tab gives up (and leaves the election, so another tab can take over).

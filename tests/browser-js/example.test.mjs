@@ -155,9 +155,17 @@ test('two devices, offline edits, a restored third device with the attachment, a
   // timer is a one-minute safety net and only the live notice can bring the todo this soon.
   await eventually(async () => (await b.page.$('#relays .relay[data-live=live]')) !== null, 15000, 'B is live');
   assert.match(await b.page.textContent('#relays'), /· live/);
+  // B is editing a title when A's new todo arrives: the edit in progress is left alone.
+  await b.page.click('#todos li:has(.text:text-is("Buy oat milk")) .text');
+  await b.page.keyboard.press('End');
+  await b.page.keyboard.type(' and bread');
   await addTodo(a.page, 'Water the plants');
   await eventually(async () => (await titles(b.page)).includes('Water the plants'), 15000, 'A\'s new todo on B, live');
   await shot(b.page, '2c-live');
+  const editing = await b.page.evaluate(() => ({ text: document.activeElement?.textContent, editable: document.activeElement?.contentEditable }));
+  assert.deepEqual(editing, { text: 'Buy oat milk and bread', editable: 'true' }, 'the edit in progress survived the change');
+  await b.page.keyboard.press('Enter');
+  await eventually(async () => (await titles(a.page)).includes('Buy oat milk and bread'), 15000, 'B\'s edit on A');
 
   // B goes offline, edits, and its edits arrive when it is back.
   await b.context.setOffline(true);
@@ -220,6 +228,14 @@ test('two devices, offline edits, a restored third device with the attachment, a
   await a.page.click('#todos li:has(.text:text-is("Water the plants")) .delete');
   await eventually(async () => !(await titles(tab2)).includes('Water the plants'), 10000, 'tab 2 sees tab 1\'s delete');
   await shot(tab2, '6-second-tab');
+
+  // Tab 1 logs out: tab 2 says why and shows the welcome screen, not a list that stopped.
+  await a.page.click('#menu summary');
+  await a.page.click('#log-out');
+  await a.page.waitForSelector('#confirm-panel:not([hidden])');
+  await a.page.click('#confirm-yes');
+  await tab2.waitForSelector('body[data-ready=welcome]', { timeout: 15000 });
+  assert.match(await tab2.textContent('#message'), /logged out on this device \(in another tab\)/);
 
   // Log out on device C: its data and its copy of the phrase go; it starts at the welcome again.
   await c.page.click('#menu summary');
