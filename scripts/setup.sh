@@ -3,7 +3,7 @@
 # run as root that reaches only the package registries (crates.io, npm, Debian apt).
 # Idempotent: a second run checks versions and skips what is already in place (a few seconds).
 #
-# Pins (see README "Toolchain"):
+# Pins (see docs/development.md, "Toolchain notes"):
 #   wasm-bindgen-cli MUST equal the `wasm-bindgen` crate version pinned with `=` in Cargo.toml.
 #   wasm-opt comes from npm binaryen: Debian 12's binaryen 108 corrupts wasm-bindgen output
 #   (it moves the exported externref table, and the module then fails to instantiate).

@@ -528,7 +528,7 @@ async fn queries_in_the_browser_have_the_json_date_and_window_functions_the_read
         ("a".into(), 2.into(), "2026-12-05".into(), 2.into())
     );
     assert_eq!((row(1, "id"), row(1, "n"), row(1, "r")), ("b".into(), 5.into(), 1.into()));
-    // What the README says the browser build leaves out is refused with a named error.
+    // What docs/app-guide.md says the browser build leaves out is refused with a named error.
     let err = e.query("SELECT sqrt(4) AS s".into(), JsValue::NULL, JsValue::UNDEFINED).unwrap_err();
     let message = get(&err, "message").as_string().unwrap();
     assert!(message.contains("sqrt"), "{message}");

@@ -50,7 +50,7 @@ pub struct RelayErrorInfo {
     /// HTTP status, if the relay answered.
     pub status: Option<u16>,
     /// The relay's error code, or the engine's for failures it detected itself
-    /// (`relay_cursor_loop`, `push_mismatch`, `local_storage`, …; see the README).
+    /// (`relay_cursor_loop`, `push_mismatch`, `local_storage`, …; see docs/app-guide.md).
     pub code: Option<String>,
     /// What went wrong.
     pub message: String,

@@ -59,7 +59,7 @@ after(async () => {
   await app?.close();
 });
 
-// What each engine is expected to offer and pick (the README's support table).
+// What each engine is expected to offer and pick (docs/app-guide.md's support table).
 const ENGINES = [
   { name: 'Firefox ESR', kind: 'firefox', storage: 'opfs', persisted: 'unanswered', opfsApi: true, reason: null },
   {

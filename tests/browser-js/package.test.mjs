@@ -9,9 +9,11 @@ import { buildApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve
 
 let server;
 let browser;
+let dist;
 
 before(async () => {
-  server = await serve(buildApp());
+  dist = buildApp();
+  server = await serve(dist);
   browser = await launch();
 });
 
@@ -415,4 +417,55 @@ test('after a re-key the opener worker opens the new owner\'s pages', async () =
   assert.equal(await b.evaluate(async () => (await window.engine.list('todos')).length), 2101);
   await contextB.close();
   await contextD.close();
+});
+
+test('under the Content-Security-Policy docs/app-guide.md gives, the engine opens, writes and syncs; without wasm-unsafe-eval it says why it cannot', async () => {
+  const policy = (script) => `default-src 'none'; script-src 'self' ${script}; worker-src 'self'; connect-src 'self' ${RELAY}; img-src 'self' blob:`;
+  const strict = await serve(dist, { headers: { 'Content-Security-Policy': policy("'wasm-unsafe-eval'") } });
+  const bare = await serve(dist, { headers: { 'Content-Security-Policy': policy('') } });
+  const violations = [];
+  try {
+    const context = await browser.newContext();
+    const page = await openApp(context, strict.url);
+    page.on('console', (m) => /Content.Security.Policy|Refused/.test(m.text()) && violations.push(m.text()));
+    const phrase = await page.evaluate(() => window.simplysync.createMnemonic());
+    const result = await page.evaluate(async (o) => {
+      const e = await window.simplysync.createEngine(o);
+      await e.insert('todos', { id: 'csp', title: 'under a strict policy' });
+      const report = await e.sync();
+      await e.close();
+      return { pushed: report.relays[0].pushed, error: report.relays[0].error };
+    }, { secret: phrase, relays: [RELAY], schema: SCHEMA, autoSync: false, dbName: 'csp.db' });
+    assert.deepEqual(result, { pushed: 1, error: null });
+    assert.deepEqual(violations, [], 'nothing the package does was refused');
+    await context.close();
+
+    const other = await browser.newContext();
+    const refused = await openApp(other, bare.url);
+    const failure = await refused.evaluate(async (o) => {
+      try {
+        await window.simplysync.createMnemonic();
+        return 'opened';
+      } catch (e) {
+        return `${e.code}: ${e.message}`;
+      }
+    });
+    assert.match(failure, /WebAssembly|unsafe-eval/, failure);
+    // The engine's worker is refused the same way, and says so at once (no 60 s wait).
+    const started = Date.now();
+    const inWorker = await refused.evaluate(async (o) => {
+      try {
+        await window.simplysync.createEngine(o);
+        return 'opened';
+      } catch (e) {
+        return `${e.code}: ${e.message}`;
+      }
+    }, { relays: [], schema: SCHEMA, autoSync: false, dbName: 'csp-refused.db' });
+    assert.match(inWorker, /WebAssembly|unsafe-eval/, inWorker);
+    assert.ok(Date.now() - started < 10000, `refused after ${Date.now() - started} ms`);
+    await other.close();
+  } finally {
+    await strict.close();
+    await bare.close();
+  }
 });

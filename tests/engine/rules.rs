@@ -1,6 +1,6 @@
 //! Rules that each fail a test when broken: last-writer-wins against the real relay with
 //! arrival order unlike HLC order, the classification of crafted remote events, the
-//! `/v1/status` wipe backstop, the push byte cap, and the SQLite settings the README promises.
+//! `/v1/status` wipe backstop, the push byte cap, and the SQLite settings docs/app-guide.md promises.
 
 use std::cell::RefCell;
 use std::rc::Rc;
