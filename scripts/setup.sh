@@ -117,8 +117,8 @@ else
   "$TOOLS/moto-venv/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" || die "pip install moto[server]==$MOTO_VERSION failed"
 fi
 
-step "node dependencies of the test suite and the React example (scripts/node, tests/browser-js, example-web/react)"
-for dir in scripts/node tests/browser-js example-web/react; do
+step "node dependencies of the test suite, the Next.js probe and the React example (scripts/node, tests/browser-js, tests/browser-js/next-app, example-web/react)"
+for dir in scripts/node tests/browser-js tests/browser-js/next-app example-web/react; do
   if [ -f "$ROOT/$dir/package-lock.json" ]; then
     (cd "$ROOT/$dir" && { { [ -d node_modules ] && npm ls --silent >/dev/null 2>&1; } || npm ci --no-audit --no-fund --silent; })
   fi

@@ -101,9 +101,9 @@ stage "browser tests again in Firefox ESR (geckodriver)"
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \
   bounded 2400 wasm-pack test --headless --firefox --geckodriver "${CARGO_HOME:-$HOME/.cargo}/bin/geckodriver" --mode no-install -- --locked
 
-stage "npm package: build and pack, then apps against the tarball in Chromium (Vite build and dev server, webpack 5)"
+stage "npm package: build and pack, publint and attw, then apps against the tarball in Chromium (Vite build and dev server, webpack 5, Next.js, the README's quick starts)"
 bash scripts/build-pkg.sh >/dev/null
-(cd tests/browser-js && bounded 120 "${node_test[@]}" units.test.mjs packaging.test.mjs && bounded 1200 "${node_test[@]}" package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs crash.test.mjs)
+(cd tests/browser-js && bounded 120 "${node_test[@]}" units.test.mjs packaging.test.mjs && bounded 1200 "${node_test[@]}" package.test.mjs tabs.test.mjs live-queries.test.mjs bundlers.test.mjs crash.test.mjs quickstart.test.mjs)
 echo "TypeScript: the declarations type a strict app using the whole API; typed rows and hooks refuse wrong names and types"
 (cd tests/browser-js/app && ../node_modules/.bin/tsc -p tsconfig.json)
 

@@ -1,10 +1,10 @@
-// The packed package under the bundlers apps use: Vite's dev server and webpack 5 (Vite's
-// production build is package.test.mjs's). Each app loads in Chromium, opens an engine on OPFS
-// and syncs through the real relay.
+// The packed package under the bundlers apps use: Vite's dev server, webpack 5 and Next.js's
+// App Router with Turbopack (Vite's production build is package.test.mjs's). Each app loads in
+// Chromium, opens an engine on OPFS and syncs through the real relay.
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 
-import { buildWebpackApp, launch, openApp, pageErrors, RELAY, SCHEMA, serve, startViteDev } from './harness.mjs';
+import { buildNextApp, buildWebpackApp, eventually, launch, openApp, pageErrors, RELAY, SCHEMA, serve, startViteDev } from './harness.mjs';
 
 let browser;
 before(async () => {
@@ -45,6 +45,25 @@ test('webpack 5 production build', async () => {
   try {
     assert.deepEqual(await exercise(server.url), { storage: 'opfs', rows: 1, pushed: 1 });
   } finally {
+    await server.close();
+  }
+});
+
+test('Next.js App Router (Turbopack, static export): a client component opens the engine and the hooks follow its writes', async () => {
+  const server = await serve(buildNextApp());
+  const context = await browser.newContext();
+  try {
+    const page = await context.newPage();
+    page.on('pageerror', (e) => pageErrors.push(e.message));
+    await page.goto(`${server.url}/?relay=${encodeURIComponent(RELAY)}`);
+    await page.getByRole('button', { name: 'Add' }).click({ timeout: 30000 });
+    await page.getByRole('button', { name: 'Add' }).click();
+    await eventually(async () => (await page.locator('[data-testid=todos] li').count()) === 2, 10000, 'useQuery follows the writes');
+    await eventually(async () => (await page.getByTestId('relay').textContent()) === 'synced', 15000, 'useStatus shows the relay synced');
+    assert.deepEqual(await page.locator('[data-testid=todos] li').allTextContents(), ['todo 1', 'todo 2']);
+    assert.equal(await page.getByTestId('error').count(), 0);
+  } finally {
+    await context.close();
     await server.close();
   }
 });

@@ -72,6 +72,21 @@ export async function buildWebpackApp() {
   return path.join(app, 'dist');
 }
 
+/**
+ * Installs the packed tarball into the Next.js probe app (App Router, `next-app/`) and builds
+ * it as a static export with Next's default bundler (Turbopack); returns its `out/` directory.
+ */
+export function buildNextApp() {
+  const app = path.join(here, 'next-app');
+  installPackage(app);
+  execFileSync(path.join(app, 'node_modules/.bin/next'), ['build'], {
+    cwd: app,
+    stdio: 'inherit',
+    env: { ...process.env, NEXT_TELEMETRY_DISABLED: '1' },
+  });
+  return path.join(app, 'out');
+}
+
 /** Starts Vite's dev server on the probe app. */
 export async function startViteDev() {
   const app = path.join(here, 'app');

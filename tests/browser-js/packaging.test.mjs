@@ -3,7 +3,7 @@
 // `require` is not offered), and the tarball carries its licence and README.
 import assert from 'node:assert/strict';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { test } from 'node:test';
@@ -49,4 +49,8 @@ test('the tarball carries the licence, the README and the worker\'s types', () =
   } finally {
     rmSync(dir, { recursive: true, force: true });
   }
+});
+
+test('simplysync/react is a client module for React Server Components (Next.js App Router)', () => {
+  assert.match(readFileSync(path.join(pkg, 'react.js'), 'utf8'), /^["']use client["'];/);
 });
