@@ -1,6 +1,6 @@
 // SimplySync for the browser. Modules, each about one thing:
 //   errors.js    SimplySyncError and its codes
-//   protocol.js  the wasm module on this thread: secrets, envelopes, blobs
+//   protocol.js  secrets (in a worker: secrets.js), envelopes and blobs (on this thread)
 //   calls.js     calls in flight, with deadlines
 //   hub.js       tabs: leader election, routing, restarts
 //   engine.js    the Engine facade an app holds

@@ -1,7 +1,9 @@
-// The protocol functions of the wasm module on the page's thread (minting and checking
-// secrets, and advanced envelope/blob helpers), and the module's loader.
+// The protocol functions of the wasm module: minting and checking secrets — run in a worker, so
+// that a first screen never loads and compiles the engine on the page's thread — and the
+// advanced envelope/blob helpers, on this thread (they hand back the module's objects).
 import init, * as wasm from './simplysync.js';
-import { invalid, revive } from './errors.js';
+import { SimplySyncError, invalid, revive } from './errors.js';
+import { secretCall } from './secrets.js';
 
 let wasmReady;
 export function loadWasm() {
@@ -23,38 +25,83 @@ export function toBytes(data) {
   throw invalid('expected a Uint8Array, an ArrayBuffer or a typed array');
 }
 
-/** Mints a new 12-word recovery phrase. */
-export async function createMnemonic() {
+// ---- secrets, in a worker ----------------------------------------------------------------
+
+const IDLE_MS = 30000; // the worker is let go once unused this long
+const DEADLINE_MS = 60000;
+let phraseWorker = null;
+let idleTimer = null;
+let seq = 0;
+const waiting = new Map(); // id -> {resolve, reject, timer}
+
+function stopPhraseWorker(error) {
+  phraseWorker?.terminate();
+  phraseWorker = null;
+  for (const call of waiting.values()) {
+    clearTimeout(call.timer);
+    call.reject(error);
+  }
+  waiting.clear();
+}
+
+/** Runs `method` of the engine's worker script (its secret functions) off the page's thread. */
+function inWorker(method, args) {
+  if (typeof Worker !== 'function') return onThread(method, args);
+  if (!phraseWorker) {
+    phraseWorker = new Worker(new URL('./worker.js', import.meta.url), { type: 'module', name: 'simplysync-secrets' });
+    phraseWorker.onmessage = ({ data }) => {
+      const call = waiting.get(data.id);
+      if (!call) return;
+      waiting.delete(data.id);
+      clearTimeout(call.timer);
+      if (data.ok) call.resolve(data.value);
+      else call.reject(revive(data.error));
+      if (!waiting.size) idleTimer = setTimeout(() => stopPhraseWorker(null), IDLE_MS);
+    };
+    phraseWorker.onerror = (e) => {
+      e.preventDefault?.();
+      stopPhraseWorker(new SimplySyncError(`the worker that checks secrets failed: ${e.message ?? 'unknown error'}`, 'WORKER'));
+    };
+  }
+  clearTimeout(idleTimer);
+  const id = `phrase:${++seq}`;
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      waiting.delete(id);
+      reject(new SimplySyncError(`${method} did not answer within ${DEADLINE_MS} ms`, 'TIMEOUT'));
+    }, DEADLINE_MS);
+    waiting.set(id, { resolve, reject, timer });
+    phraseWorker.postMessage({ id, method, args });
+  });
+}
+
+/** The same, on this thread (no Worker here). */
+async function onThread(method, args) {
   await loadWasm();
-  return wrapSync(() => wasm.createMnemonic());
+  return wrapSync(() => secretCall(wasm, method, args));
+}
+
+/** Mints a new 12-word recovery phrase. */
+export function createMnemonic() {
+  return inWorker('createMnemonic', []);
 }
 
 /** Mints a new `sf1_` recovery key. */
-export async function createRecoveryKey() {
-  await loadWasm();
-  return wrapSync(() => wasm.createRecoveryKey());
+export function createRecoveryKey() {
+  return inWorker('createRecoveryKey', []);
 }
 
 /** Checks a secret without throwing: `{ok: true, kind}` or `{ok: false, code, message}`. */
-export async function validateSecret(secret) {
-  await loadWasm();
-  try {
-    return { ok: true, kind: wasm.validateSecret(String(secret ?? '')) };
-  } catch (e) {
-    return { ok: false, code: e.code, message: e.message };
-  }
+export function validateSecret(secret) {
+  return inWorker('validateSecret', [secret]);
 }
 
 /** The owner id a secret derives (the secret stays in this call). */
-export async function ownerIdOf(secret) {
-  await loadWasm();
-  const id = wrapSync(() => wasm.deriveIdentity(secret));
-  try {
-    return id.ownerId;
-  } finally {
-    id.free();
-  }
+export function ownerIdOf(secret) {
+  return inWorker('ownerIdOf', [secret]);
 }
+
+// ---- envelopes and blobs, on this thread --------------------------------------------------
 
 /** Derives an identity handle (only `ownerId` and `streamId()` are visible). */
 export async function deriveIdentity(secret) {

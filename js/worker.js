@@ -3,11 +3,16 @@
 // from the tab that started it, posts engine events ({event, data}) back, and keeps the secret
 // in custody (custody.js). A Rust panic traps the wasm module: the answer then says `fatal`,
 // with the panic's message, and the tab starts a fresh worker.
-import init, { Engine, takePanicMessage, wipeDatabase } from './simplysync.js';
+import init, * as wasm from './simplysync.js';
 import { custodyFor, forget, markStored } from './custody.js';
 import { startOpener } from './opener.js';
 import { drop as dropPages, pageStore, poison } from './idb-pages.js';
 import { plainJson } from './plain-json.js';
+import { secretCall } from './secrets.js';
+
+const { Engine, takePanicMessage, wipeDatabase } = wasm;
+/** What protocol.js asks of this script when it runs as its secrets' worker (no engine). */
+const SECRET_CALLS = new Set(['createMnemonic', 'createRecoveryKey', 'validateSecret', 'ownerIdOf']);
 
 const ready = init();
 let engine = null;
@@ -117,6 +122,7 @@ async function run(method, args, requestId, firstSend) {
   if (method === 'open') return open(...args);
   if (method === 'close') return close();
   if (method === 'reset') return reset(args[0]);
+  if (SECRET_CALLS.has(method)) return secretCall(wasm, method, args);
   if (!engine) throw Object.assign(new Error('the engine is not open'), { code: 'CLOSED' });
   if (method in MUTATING) {
     const padded = args.slice(0, MUTATING[method]);

@@ -189,10 +189,16 @@ export const SCHEMA = {
 
 /**
  * The page's engine worker: the newest one — a closed engine's worker can still be listed while
- * it shuts down, and evaluating in it never returns — and never the opener worker.
+ * it shuts down, and evaluating in it never returns — and never the opener worker nor the
+ * worker that checks secrets.
  */
-export function engineWorker(page) {
-  return page.workers().filter((w) => /\/worker[-.][^/]*$/.test(new URL(w.url()).pathname)).at(-1);
+export async function engineWorker(page) {
+  const workers = page.workers().filter((w) => /\/worker[-.][^/]*$/.test(new URL(w.url()).pathname));
+  // The same script also checks secrets for the page (protocol.js), in a worker of that name.
+  // (A worker shutting down may never answer: a second without an answer is no engine worker.)
+  const nameOf = (w) => Promise.race([w.evaluate(() => self.name).catch(() => null), new Promise((r) => setTimeout(() => r(null), 1000))]);
+  const names = await Promise.all(workers.map(nameOf));
+  return workers.filter((_, i) => names[i] === 'simplysync').at(-1);
 }
 
 /** Polls `fn` until it returns truthy (or fails after `ms`). */

@@ -191,7 +191,7 @@ test('when the leader\'s worker dies and restarts, a follower\'s live query runs
   await eventually(async () => (await seen(follower, 'list')).length === 1, 5000, 'the follower\'s first result');
   const runs = () => follower.evaluate(() => window.live.list.runs);
   assert.equal(await runs(), 1);
-  const worker = engineWorker(leader);
+  const worker = await engineWorker(leader);
   assert.ok(worker, 'the leader\'s engine worker');
   await worker.evaluate(() => setTimeout(() => { throw new Error('the worker dies (injected)'); }));
   // Nothing changed in the data: the second run is the restart's refresh, told to every tab

@@ -469,3 +469,18 @@ test('under the Content-Security-Policy docs/app-guide.md gives, the engine open
     await bare.close();
   }
 });
+
+test('creating and checking a phrase runs in a worker: the page itself never loads the engine\'s wasm', async () => {
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const result = await page.evaluate(async () => {
+    const { createMnemonic, createRecoveryKey, validateSecret } = window.simplysync;
+    const phrase = await createMnemonic();
+    const key = await createRecoveryKey();
+    const checks = [await validateSecret(phrase), await validateSecret(key), await validateSecret('abandon abandon')];
+    const wasmOnPage = performance.getEntriesByType('resource').filter((e) => e.name.includes('.wasm')).length;
+    return { words: phrase.split(' ').length, key: key.startsWith('sf1_'), checks: checks.map((c) => c.ok ? c.kind : c.code), wasmOnPage };
+  });
+  assert.deepEqual(result, { words: 12, key: true, checks: ['mnemonic', 'sf1', 'SECRET_WORD_COUNT'], wasmOnPage: 0 });
+  await context.close();
+});

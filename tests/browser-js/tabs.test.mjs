@@ -242,7 +242,7 @@ test('every call settles: deadlines, close during a call, and a worker that dies
 
   await open(page, { relays: [STALLED], schema: SCHEMA, autoSync: false, dbName: 'settle.db', requestTimeoutMs: 20000 });
   await attempt(page, (e) => e.insert('todos', { id: 'before', title: 'x' }));
-  const worker = engineWorker(page);
+  const worker = await engineWorker(page);
   assert.ok(worker, 'the engine worker');
   // A call in flight when the worker dies rejects with WORKER; the worker is restarted.
   const inFlight = page.evaluate(() => window.engine.sync().then(() => 'resolved', (e) => e.code));
@@ -326,7 +326,7 @@ test('an engine that does not open in time never starts later behind the app', a
     5000,
     'the lock is free',
   );
-  await eventually(() => page.workers().filter((w) => w.url().includes('worker')).length === 0, 5000, 'no worker left');
+  await eventually(async () => !(await engineWorker(page)), 5000, 'no engine worker left');
   const again = await open(page, { ...opts, openTimeoutMs: 20000 });
   assert.deepEqual([again.role, again.storage.mode], ['leader', 'opfs'], 'the database opens normally');
   await context.close();
@@ -435,7 +435,7 @@ test('a leader whose worker, or whose page, stops answering fails waiting calls 
       return { code, ms: Date.now() - started };
     });
   // The leader's engine worker is stuck in a long task for 8 s.
-  const worker = engineWorker(t1);
+  const worker = await engineWorker(t1);
   const stuck = worker.evaluate(() => {
     const end = Date.now() + 8000;
     while (Date.now() < end);
@@ -555,7 +555,7 @@ test('putBlob: a retry after a TIMEOUT gets the blob stored the first time, and 
   const page = await openApp(context, server.url);
   await open(page, { secret: await phraseIn(page), relays: [], schema: SCHEMA, autoSync: false, dbName: 'blob-once.db', callTimeoutMs: 1000 });
   // The worker is busy for 5 s: the put's deadline (1 s + 2 s for its first MiB) passes first.
-  const worker = engineWorker(page);
+  const worker = await engineWorker(page);
   const busy = worker.evaluate(() => {
     const end = Date.now() + 5000;
     while (Date.now() < end);
