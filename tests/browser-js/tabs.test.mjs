@@ -578,3 +578,34 @@ test('putBlob: a retry after a TIMEOUT gets the blob stored the first time, and 
   assert.deepEqual(again, { same: true, other: true, n: 2, kept: 300000 }, 'one blob for the same bytes and type; the app\'s array is not detached');
   await context.close();
 });
+
+test('a leader page frozen by the page lifecycle keeps serving through its worker; one that navigates away hands over at once', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { secret: await phraseIn(t1), relays: [], schema: SCHEMA, autoSync: false, dbName: 'lifecycle.db', unresponsiveMs: 3000 };
+  await open(t1, opts);
+  assert.equal((await open(t2, opts)).role, 'follower');
+  await attempt(t2, (e) => e.insert('todos', { id: 'a', title: 'before the freeze' }));
+  // Chromium freezes the leader page (as it does to background tabs): the follower's calls
+  // are still answered, within their deadline and without UNRESPONSIVE.
+  const cdp = await context.newCDPSession(t1);
+  await cdp.send('Page.setWebLifecycleState', { state: 'frozen' });
+  try {
+    const started = Date.now();
+    const whileFrozen = await attempt(t2, async (e) => {
+      await e.insert('todos', { id: 'b', title: 'while the leader is frozen' });
+      return (await e.list('todos')).length;
+    });
+    assert.deepEqual(whileFrozen, { value: 2 }, `answered in ${Date.now() - started} ms`);
+  } finally {
+    await cdp.send('Page.setWebLifecycleState', { state: 'active' });
+  }
+  // The leader navigates away: the follower leads within a moment and has every write.
+  const left = Date.now();
+  await t1.goto('about:blank');
+  await eventually(() => t2.evaluate(() => window.engine.role === 'leader'), 5000, 'the hand-over');
+  const handedOver = Date.now() - left;
+  assert.ok(handedOver < 3000, `handed over in ${handedOver} ms`);
+  assert.equal((await attempt(t2, (e) => e.list('todos'))).value.length, 2);
+  await context.close();
+});
