@@ -170,7 +170,8 @@ export class Engine {
     return this.#hub.call('purgeRows', [table, ids]);
   }
 
-  async putBlob(data, { mimeType, chunkSize } = {}) {
+  async putBlob(data, { mimeType, chunkSize, onProgress } = {}) {
+    if (onProgress !== undefined && typeof onProgress !== 'function') throw invalid('putBlob(data, {onProgress}): onProgress must be a function');
     let bytes;
     let type = mimeType;
     let ours = false;
@@ -189,7 +190,22 @@ export class Engine {
     const requestId = `blob:${await sha256Hex(new TextEncoder().encode(`${digest}\n${type}\n${chunkSize ?? ''}`))}`;
     // The deadline grows with the size: 2 s more per MiB.
     const extraMs = Math.ceil(bytes.byteLength / 1048576) * 2000;
-    return this.#hub.call('putBlob', [bytes, type, chunkSize], { requestId, extraMs, transfer: ours ? [bytes.buffer] : undefined });
+    const total = bytes.byteLength;
+    // Told as each chunk is sealed (in the worker), then once more when the blob is stored.
+    const tell = onProgress && ((sealedBytes) => {
+      try {
+        onProgress({ sealedBytes, totalBytes: total, stored: false });
+      } catch (e) {
+        queueMicrotask(() => {
+          throw e;
+        });
+      }
+    });
+    const manifest = await this.#hub.call('putBlob', [bytes, type, chunkSize], {
+      requestId, extraMs, transfer: ours ? [bytes.buffer] : undefined, onProgress: tell,
+    });
+    onProgress?.({ sealedBytes: total, totalBytes: total, stored: true });
+    return manifest;
   }
 
   getBlob(blobId) {

@@ -291,7 +291,7 @@ export class Hub {
     }, delay);
   }
 
-  #toWorker(method, args, requestId, timeoutMs, firstSend = false, transfer = undefined) {
+  #toWorker(method, args, requestId, timeoutMs, firstSend = false, transfer = undefined, onProgress = undefined) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
     if (this.#stuck && method !== 'ping') return Promise.reject(this.#unresponsive());
     const id = randomId();
@@ -307,12 +307,16 @@ export class Hub {
         clearTimeout(timer);
         fn(v);
       };
-      this.#workerCalls.set(id, { method, resolve: done(resolve), reject: done(reject) });
-      this.#worker.postMessage({ id, method, args, requestId, firstSend }, transfer ?? []);
+      this.#workerCalls.set(id, { method, resolve: done(resolve), reject: done(reject), onProgress });
+      this.#worker.postMessage({ id, method, args, requestId, firstSend, progress: onProgress !== undefined }, transfer ?? []);
     });
   }
 
   #onWorker(msg) {
+    if (msg.progress !== undefined) {
+      this.#workerCalls.get(msg.progress)?.onProgress?.(msg.done, msg.total);
+      return;
+    }
     if (msg.event) {
       if (msg.event === 'owner' && this.info) this.info.ownerId = msg.data;
       this.#emit(msg.event, msg.data);
@@ -437,6 +441,10 @@ export class Hub {
       if (this.role === 'leader') this.#send(msg.from, { type: 'pong', from: this.tabId, stuck: this.#stuck });
       return;
     }
+    if (msg.type === 'progress') {
+      this.#calls.get(msg.id)?.onProgress?.(msg.done, msg.total);
+      return;
+    }
     if (msg.type === 'pong') {
       if (msg.from !== this.leaderId) return;
       this.#pingSentAt = null;
@@ -451,7 +459,8 @@ export class Hub {
         this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error });
         return;
       }
-      this.#run(msg.method, msg.args, msg.requestId, msg.firstSend === true).then(
+      const onProgress = msg.progress ? (done, total) => this.#send(msg.from, { type: 'progress', id: msg.id, done, total }) : undefined;
+      this.#run(msg.method, msg.args, msg.requestId, msg.firstSend === true, undefined, onProgress).then(
         (value) => this.#send(msg.from, { type: 'result', id: msg.id, ok: true, value }),
         (e) => this.#send(msg.from, { type: 'result', id: msg.id, ok: false, error: toWire(e) }),
       );
@@ -463,12 +472,12 @@ export class Hub {
   // ---- calls -------------------------------------------------------------------------------
 
   /** Runs a call on this tab's worker (leader only). */
-  async #run(method, args, requestId, firstSend, transfer) {
+  async #run(method, args, requestId, firstSend, transfer, onProgress) {
     if (this.#restarting) await this.#restarting;
     if (this.closed) throw closedError();
     if (method === 'info') return this.info;
     if (method === 'storageInfo') return { ...this.info.storage };
-    const value = await this.#toWorker(method, args, requestId, undefined, firstSend, transfer);
+    const value = await this.#toWorker(method, args, requestId, undefined, firstSend, transfer, onProgress);
     if (method === 'reset') this.#afterReset();
     return value;
   }
@@ -482,21 +491,23 @@ export class Hub {
     if (this.role === 'leader') {
       if (call.sentTo === this.tabId) return;
       call.sentTo = this.tabId;
-      this.#run(call.method, call.args, call.requestId, firstSend, call.transfer).then(
+      this.#run(call.method, call.args, call.requestId, firstSend, call.transfer, call.onProgress).then(
         (v) => this.#calls.settle(id, true, v),
         (e) => this.#calls.settle(id, false, e),
       );
     } else if (this.leaderId && call.sentTo !== this.leaderId) {
       call.sentTo = this.leaderId;
       const { method, args, requestId } = call;
-      this.#send(this.leaderId, { type: 'call', id, from: this.tabId, method, args, requestId, firstSend });
+      const progress = call.onProgress !== undefined;
+      this.#send(this.leaderId, { type: 'call', id, from: this.tabId, method, args, requestId, firstSend, progress });
     }
   }
 
   /**
    * Calls the engine (here or in the leader tab). `options`: `requestId` (a mutating call's own,
    * e.g. a blob's digest: then never sent as a first send), `extraMs` added to its deadline,
-   * `transfer` (buffers of `args` moved to this tab's worker rather than copied).
+   * `transfer` (buffers of `args` moved to this tab's worker rather than copied), `onProgress`
+   * (told `(done, total)` while the call runs: a blob's sealed bytes).
    */
   call(method, args = [], options = {}) {
     if (this.closed) return Promise.reject(closedError());
@@ -506,7 +517,8 @@ export class Hub {
     const id = this.#calls.nextId();
     const requestId = MUTATING.has(method) ? (options.requestId ?? id) : undefined;
     const timeoutMs = (LONG.has(method) ? this.#options.longCallTimeoutMs : this.#options.callTimeoutMs) + (options.extraMs ?? 0);
-    const promise = this.#calls.add(id, { method, args, requestId, keyed: options.requestId !== undefined, transfer: options.transfer }, timeoutMs);
+    const call = { method, args, requestId, keyed: options.requestId !== undefined, transfer: options.transfer, onProgress: options.onProgress };
+    const promise = this.#calls.add(id, call, timeoutMs);
     this.#dispatch(id);
     return promise;
   }

@@ -458,6 +458,13 @@ export interface StorageInfo {
   persisted?: 'granted' | 'denied' | 'unanswered' | 'unsupported' | 'pending' | 'not-asked';
 }
 
+/** How far {@link Engine.putBlob} is: bytes encrypted so far, of all; `stored` once committed. */
+export interface BlobProgress {
+  sealedBytes: number;
+  totalBytes: number;
+  stored: boolean;
+}
+
 /** One chunk of a blob as the manifest lists it. */
 export interface BlobChunkRef {
   hash: string;
@@ -756,13 +763,20 @@ export declare class Engine<S extends Schema = Schema> {
   purgeRows(table: TableName<S>, ids: string[]): Promise<number>;
   /**
    * Stores bytes as an encrypted blob (works offline; uploads on sync). Returns its manifest.
+   * A `Blob`'s bytes move to the worker (not copied); the deadline grows 2 s per MiB; the same
+   * bytes, type and chunk size put again within a day — a retry after `TIMEOUT` — return the
+   * blob stored the first time. `onProgress` is told as each chunk is sealed, then once with
+   * `stored: true`.
    * @example
    * ```ts
-   * const { blobId } = await engine.putBlob(file); // a File or Blob keeps its type
+   * const { blobId } = await engine.putBlob(file, { onProgress: (p) => (bar.value = p.sealedBytes / p.totalBytes) });
    * await engine.update('todos', 't1', { image: blobId });
    * ```
    */
-  putBlob(data: Uint8Array | ArrayBuffer | Blob, options?: { mimeType?: string; chunkSize?: number }): Promise<BlobManifest>;
+  putBlob(
+    data: Uint8Array | ArrayBuffer | Blob,
+    options?: { mimeType?: string; chunkSize?: number; onProgress?: (progress: BlobProgress) => void },
+  ): Promise<BlobManifest>;
   /**
    * A blob's bytes (verified, decrypted, cached).
    * @example

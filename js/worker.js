@@ -118,7 +118,7 @@ async function reset(options) {
 
 const coded = (message, code) => Object.assign(new Error(message), { code });
 
-async function run(method, args, requestId, firstSend) {
+async function run(method, args, requestId, firstSend, callId) {
   if (method === 'open') return open(...args);
   if (method === 'close') return close();
   if (method === 'reset') return reset(args[0]);
@@ -127,9 +127,16 @@ async function run(method, args, requestId, firstSend) {
   if (method in MUTATING) {
     const padded = args.slice(0, MUTATING[method]);
     while (padded.length < MUTATING[method]) padded.push(undefined);
-    const value = method === 'transaction'
-      ? engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]), firstSend === true)
-      : await engine[method](...padded, requestId ?? undefined);
+    let value;
+    if (method === 'transaction') {
+      value = engine.transaction(padded[0], requestId ?? undefined, plainJson(padded[0]), firstSend === true);
+    } else if (method === 'putBlob') {
+      // Each sealed chunk is told to the asking tab while the put runs (the call's own id).
+      const progress = callId ? (done, total) => post({ progress: callId, done, total }) : undefined;
+      value = engine.putBlob(...padded, requestId ?? undefined, progress);
+    } else {
+      value = await engine[method](...padded, requestId ?? undefined);
+    }
     if (method === 'rekey' || method === 'confirmRekey') {
       post({ event: 'owner', data: engine.ownerId });
       if (opener) useOpener();
@@ -141,13 +148,13 @@ async function run(method, args, requestId, firstSend) {
 }
 
 self.onmessage = async ({ data }) => {
-  const { id, method, args, requestId, firstSend } = data;
+  const { id, method, args, requestId, firstSend, progress } = data;
   // The heartbeat (hub.js): answered as soon as this worker's event loop runs.
   if (method === 'ping') return post({ id, ok: true, value: null });
   let value;
   try {
     await ready;
-    value = await run(method, args ?? [], requestId, firstSend);
+    value = await run(method, args ?? [], requestId, firstSend, progress ? id : undefined);
   } catch (e) {
     if (e instanceof WebAssembly.RuntimeError) {
       const message = takePanicMessage() ?? e.message;

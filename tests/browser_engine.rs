@@ -126,7 +126,7 @@ async fn blobs_upload_from_one_engine_and_download_in_another() {
     let secret = simplysync::protocol::create_mnemonic(&mut OsEntropy).unwrap();
     let a = open(secret.clone(), options(&unique("blob-a"), &[RELAY], false)).await.unwrap();
     let data: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
-    let manifest = a.put_blob(Uint8Array::from(data.as_slice()), "image/png".into(), None, None).unwrap();
+    let manifest = a.put_blob(Uint8Array::from(data.as_slice()), "image/png".into(), None, None, None).unwrap();
     let blob_id = get(&manifest, "blobId").as_string().unwrap();
     assert_eq!(js_sys::Array::from(&get(&manifest, "chunks")).length(), 2);
     a.sync().await.unwrap();
@@ -295,7 +295,8 @@ async fn a_first_send_writes_without_looking_and_a_re_send_is_answered_from_the_
     let e = open(secret, options(&unique("first-send"), &[], false)).await.unwrap();
     let insert = || js(r#"[{"op": "insert", "table": "todos", "row": {"id": "once", "title": "x"}}]"#);
     let first = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, Some(true)).unwrap()).get(0);
-    let carried = e.inspect_query("SELECT request_id FROM _sync_outbox WHERE request_id IS NOT NULL".into(), js("[]")).unwrap();
+    let carried =
+        e.inspect_query("SELECT request_id FROM _sync_outbox WHERE request_id IS NOT NULL".into(), js("[]")).unwrap();
     assert_eq!(Array::from(&carried).length(), 1, "the record is on the intent");
     // Sent again (a new leader tab runs it): answered from the record, nothing written.
     let again = Array::from(&e.transaction(insert(), Some("tab:1".into()), None, None).unwrap()).get(0);

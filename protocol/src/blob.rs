@@ -178,8 +178,20 @@ pub fn encrypt_blob(
     created_at: &str,
     rng: &mut dyn Entropy,
 ) -> Result<EncryptedBlob, BlobError> {
+    encrypt_blob_reporting(identity, data, options, created_at, rng, &mut |_, _| {})
+}
+
+/// [`encrypt_blob`] that tells `progress(bytes_sealed, byte_size)` after each chunk.
+pub fn encrypt_blob_reporting(
+    identity: &Identity,
+    data: &[u8],
+    options: &BlobOptions,
+    created_at: &str,
+    rng: &mut dyn Entropy,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<EncryptedBlob, BlobError> {
     let blob_id = base64url::encode(&random_bytes::<16>(rng)?);
-    encrypt_blob_with_id(identity, data, options, &blob_id, created_at, rng)
+    seal_chunks(identity, data, options, &blob_id, created_at, rng, progress)
 }
 
 /// Like [`encrypt_blob`] but under a given blob id (a re-key re-seals blobs in place, so rows
@@ -191,6 +203,18 @@ pub fn encrypt_blob_with_id(
     blob_id: &str,
     created_at: &str,
     rng: &mut dyn Entropy,
+) -> Result<EncryptedBlob, BlobError> {
+    seal_chunks(identity, data, options, blob_id, created_at, rng, &mut |_, _| {})
+}
+
+fn seal_chunks(
+    identity: &Identity,
+    data: &[u8],
+    options: &BlobOptions,
+    blob_id: &str,
+    created_at: &str,
+    rng: &mut dyn Entropy,
+    progress: &mut dyn FnMut(u64, u64),
 ) -> Result<EncryptedBlob, BlobError> {
     let chunk_size = options.chunk_size.unwrap_or(DEFAULT_CHUNK_SIZE);
     if chunk_size == 0 || chunk_size > MAX_CHUNK_SIZE {
@@ -208,6 +232,7 @@ pub fn encrypt_blob_with_id(
         let hash = sha256_base64url(&bytes);
         refs.push(BlobChunkRef { hash: hash.clone(), size: bytes.len() as u64, plaintext_size: plain.len() as u64 });
         chunks.push(StoredChunk { hash, bytes });
+        progress((index * chunk_size + plain.len()) as u64, data.len() as u64);
     }
     let manifest = BlobManifest {
         version: MANIFEST_VERSION,

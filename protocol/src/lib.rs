@@ -27,8 +27,8 @@ mod wire_read;
 mod wire_write;
 
 pub use blob::{
-    decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_with_id, BlobError, BlobManifest, BlobOptions,
-    EncryptedBlob,
+    decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_reporting, encrypt_blob_with_id, BlobError,
+    BlobManifest, BlobOptions, EncryptedBlob,
 };
 pub use canonical::to_canonical_json;
 pub use envelope::{decrypt_envelope, encrypt_payload, CryptoError, EventMeta, SyncEnvelope};

@@ -66,11 +66,13 @@ impl AppSql {
 /// Names what app SQL may read when SQLite's refusal ("not authorized") would not.
 pub(crate) fn explain(e: EngineError) -> EngineError {
     match e {
-        EngineError::InvalidQuery(m) if m.contains("not authorized") || m.contains("is prohibited") => EngineError::InvalidQuery(format!(
-            "{m}: app SQL reads the app's tables only, never the engine's own (_sync_*) nor SQLite's \
+        EngineError::InvalidQuery(m) if m.contains("not authorized") || m.contains("is prohibited") => {
+            EngineError::InvalidQuery(format!(
+                "{m}: app SQL reads the app's tables only, never the engine's own (_sync_*) nor SQLite's \
              (sqlite_*), and of the pragmas only {}",
-            PRAGMAS.join(", ")
-        )),
+                PRAGMAS.join(", ")
+            ))
+        }
         other => other,
     }
 }
@@ -101,7 +103,9 @@ mod tests {
 
     #[test]
     fn the_engines_tables_and_sqlites_are_hidden_the_apps_are_not() {
-        for name in ["_sync_meta", "_SYNC_OUTBOX", "sqlite_schema", "sqlite_master", "SQLITE_STAT1", "pragma_table_list"] {
+        for name in
+            ["_sync_meta", "_SYNC_OUTBOX", "sqlite_schema", "sqlite_master", "SQLITE_STAT1", "pragma_table_list"]
+        {
             assert!(hidden_table(name), "{name}");
         }
         for name in ["todos", "sync_todos", "_synced", "pragma_table_info", "PRAGMA_INDEX_LIST"] {

@@ -20,7 +20,7 @@ use crate::protocol::blob::{BlobManifest, BlobOptions, EncryptedBlob};
 use crate::protocol::json_fields::FromJson;
 use crate::protocol::json_write::ToJson;
 use crate::protocol::time::iso8601_from_ms;
-use crate::protocol::{decrypt_blob_chunk, encrypt_blob, Identity, Json};
+use crate::protocol::{decrypt_blob_chunk, encrypt_blob_reporting, Identity, Json};
 use crate::store::rows::{self, RowData};
 use crate::store::set_aside::{self, Kind};
 
@@ -32,11 +32,24 @@ impl Engine {
         mime_type: &str,
         chunk_size: Option<usize>,
     ) -> Result<BlobManifest, EngineError> {
+        self.put_blob_reporting(bytes, mime_type, chunk_size, &mut |_, _| {})
+    }
+
+    /// [`Engine::put_blob`] that tells `progress(bytes_sealed, byte_size)` after each chunk is
+    /// encrypted (the blob is stored, in one transaction, after the last).
+    pub fn put_blob_reporting(
+        &self,
+        bytes: &[u8],
+        mime_type: &str,
+        chunk_size: Option<usize>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<BlobManifest, EngineError> {
         let identity = self.identity();
         self.check_chunk_size(chunk_size.unwrap_or(crate::protocol::blob::DEFAULT_CHUNK_SIZE))?;
         let opts = BlobOptions { mime_type: mime_type.to_owned(), chunk_size };
+        let created = iso8601_from_ms(self.now());
         let sealed =
-            encrypt_blob(&identity, bytes, &opts, &iso8601_from_ms(self.now()), self.rng.borrow_mut().as_mut())?;
+            encrypt_blob_reporting(&identity, bytes, &opts, &created, self.rng.borrow_mut().as_mut(), progress)?;
         let manifest = sealed.manifest.clone();
         self.write(|tx| {
             self.store_sealed_blob(tx, &sealed)?;

@@ -4,12 +4,12 @@ use rusqlite::types::{Value, ValueRef};
 
 use super::app_sql;
 use super::mutate::row_json;
-use super::sorted;
 use super::schema::ColumnType;
+use super::sorted;
 use super::values::{dynamic_from_sql, from_sql, param_to_sql, to_sql};
-use crate::protocol::parse_json;
 use super::{Engine, EngineError};
 use crate::protocol::json::{JsonObject, JsonString};
+use crate::protocol::parse_json;
 use crate::protocol::Json;
 use crate::store::rows;
 
@@ -160,9 +160,10 @@ impl Engine {
                 let v = r.get_ref(i).map_err(|e| EngineError::InvalidQuery(e.to_string()))?;
                 let value = match (types[i], v) {
                     (Some(ColumnType::Boolean), ValueRef::Integer(_)) => from_sql(ColumnType::Boolean, v),
-                    (Some(ColumnType::Json), ValueRef::Text(b)) => {
-                        std::str::from_utf8(b).ok().and_then(|t| parse_json(t).ok()).unwrap_or_else(|| dynamic_from_sql(v))
-                    }
+                    (Some(ColumnType::Json), ValueRef::Text(b)) => std::str::from_utf8(b)
+                        .ok()
+                        .and_then(|t| parse_json(t).ok())
+                        .unwrap_or_else(|| dynamic_from_sql(v)),
                     _ => dynamic_from_sql(v),
                 };
                 members.push((JsonString::from(name.as_str()), value));
@@ -194,11 +195,13 @@ impl Engine {
     pub fn tables_read(&self, sql: &str) -> Result<Vec<String>, EngineError> {
         let db = self.db.borrow();
         let bad = |e: rusqlite::Error| EngineError::InvalidQuery(e.to_string());
-        let mut program = self.app_sql.compiling(|| {
-            drop(prepare_read(&db, sql)?);
-            db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)
-        })
-        .map_err(app_sql::explain)?;
+        let mut program = self
+            .app_sql
+            .compiling(|| {
+                drop(prepare_read(&db, sql)?);
+                db.prepare(&format!("EXPLAIN {sql}")).map_err(bad)
+            })
+            .map_err(app_sql::explain)?;
         let mut roots: Vec<i64> = Vec::new();
         let mut steps = program.raw_query();
         while let Some(step) = steps.next().map_err(bad)? {

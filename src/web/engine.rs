@@ -582,6 +582,8 @@ impl WebEngine {
     }
 
     /// Stores bytes as an encrypted blob; returns its manifest. At most once per `requestId`.
+    /// `progress(bytesSealed, byteSize)` is called after each chunk is encrypted (its errors
+    /// are ignored).
     #[wasm_bindgen(js_name = putBlob)]
     pub fn put_blob(
         &self,
@@ -589,11 +591,19 @@ impl WebEngine {
         mime_type: String,
         chunk_size: Option<u32>,
         request_id: Option<String>,
+        progress: Option<js_sys::Function>,
     ) -> Result<JsValue, JsValue> {
         let e = &self.engine()?;
         let data = bytes.to_vec();
+        let mut tell = |done: u64, total: u64| {
+            if let Some(f) = &progress {
+                let _ = f.call2(&JsValue::NULL, &JsValue::from_f64(done as f64), &JsValue::from_f64(total as f64));
+            }
+        };
         let m = e
-            .once(request_id.as_deref(), || e.put_blob(&data, &mime_type, chunk_size.map(|c| c as usize)))
+            .once(request_id.as_deref(), || {
+                e.put_blob_reporting(&data, &mime_type, chunk_size.map(|c| c as usize), &mut tell)
+            })
             .map_err(err)?;
         self.after_write();
         Ok(record_to_js(&m))

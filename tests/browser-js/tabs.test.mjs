@@ -609,3 +609,30 @@ test('a leader page frozen by the page lifecycle keeps serving through its worke
   assert.equal((await attempt(t2, (e) => e.list('todos'))).value.length, 2);
   await context.close();
 });
+
+test('putBlob tells its progress chunk by chunk, in the tab that runs the engine and in a follower', async () => {
+  const context = await browser.newContext();
+  const [t1, t2] = [await openApp(context, server.url), await openApp(context, server.url)];
+  const opts = { secret: await phraseIn(t1), relays: [], schema: SCHEMA, autoSync: false, dbName: 'blob-progress.db' };
+  await open(t1, opts);
+  assert.equal((await open(t2, opts)).role, 'follower');
+  const put = (page, seed) =>
+    page.evaluate(async (s) => {
+      const bytes = Uint8Array.from({ length: 1000000 }, (_, i) => (i * 31 + s) & 255);
+      const seen = [];
+      const m = await window.engine.putBlob(new Blob([bytes], { type: 'application/octet-stream' }), {
+        chunkSize: 262144,
+        onProgress: (p) => seen.push([p.sealedBytes, p.totalBytes, p.stored]),
+      });
+      return { chunks: m.chunks.length, seen };
+    }, seed);
+  for (const [who, page] of [['leader', t1], ['follower', t2]]) {
+    const { chunks, seen } = await put(page, who.length);
+    assert.equal(chunks, 4, who);
+    assert.deepEqual(seen, [
+      [262144, 1000000, false], [524288, 1000000, false], [786432, 1000000, false], [1000000, 1000000, false],
+      [1000000, 1000000, true],
+    ], `${who}: each chunk sealed, then stored`);
+  }
+  await context.close();
+});

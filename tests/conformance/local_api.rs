@@ -7,7 +7,11 @@ use simplysync::engine::{EngineError, ListOptions, Op};
 use simplysync::protocol::{parse_json, Json};
 
 fn count_outbox(d: &Device) -> f64 {
-    d.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0].get("n").unwrap().as_f64().unwrap()
+    d.engine.inspect_query("SELECT count(*) AS n FROM _sync_outbox", &[]).unwrap()[0]
+        .get("n")
+        .unwrap()
+        .as_f64()
+        .unwrap()
 }
 
 fn sealed_payloads(d: &Device) -> Vec<Json> {
@@ -33,7 +37,8 @@ async fn an_insert_writes_the_row_and_one_pending_outbox_intent_together() {
     assert_eq!(row.get("deleted").unwrap().as_bool(), Some(false));
     let got = d.engine.get("todos", "a").unwrap().unwrap();
     assert_eq!(got, row);
-    let pending = d.engine.inspect_query("SELECT event_id, table_name, row_id, envelope_json FROM _sync_outbox", &[]).unwrap();
+    let pending =
+        d.engine.inspect_query("SELECT event_id, table_name, row_id, envelope_json FROM _sync_outbox", &[]).unwrap();
     assert_eq!(pending.len(), 1);
     assert_eq!(pending[0].get("event_id"), row.get("updatedAt"), "the intent names this row version");
     assert_eq!(pending[0].get("envelope_json"), Some(&Json::Null), "not sealed until a sync");
@@ -299,7 +304,10 @@ async fn app_sql_never_reads_the_engines_tables_nor_sqlites_however_it_names_the
     // The app's tables, facts about them and the database's health remain readable.
     let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
     assert_eq!(info.len(), 1);
-    assert_eq!(d.engine.query("PRAGMA quick_check", &[]).unwrap(), vec![parse_json(r#"{"quick_check":"ok"}"#).unwrap()]);
+    assert_eq!(
+        d.engine.query("PRAGMA quick_check", &[]).unwrap(),
+        vec![parse_json(r#"{"quick_check":"ok"}"#).unwrap()]
+    );
     // Inspection reads the engine's tables; the engine's own statements never stopped working.
     let owner = d.engine.inspect_query("SELECT value FROM _sync_meta WHERE key = 'owner_id'", &[]).unwrap();
     assert_eq!(owner[0].get("value").and_then(Json::as_str), Some(d.engine.owner_id().as_str()));
@@ -313,7 +321,8 @@ async fn query_gives_boolean_and_json_columns_as_list_does_unless_asked_for_raw_
     let d = device().await;
     let row = parse_json(r#"{"id":"a","title":"milk","done":true,"meta":{"n":2,"tags":["x"]}}"#).unwrap();
     d.engine.insert("todos", row).unwrap();
-    let sql = "SELECT t.done, meta, done AS finished, done + 0 AS sum, json_extract(meta, '$.n') AS n, title FROM todos t";
+    let sql =
+        "SELECT t.done, meta, done AS finished, done + 0 AS sum, json_extract(meta, '$.n') AS n, title FROM todos t";
     let typed = d.engine.query(sql, &[]).unwrap();
     let expected = r#"{"done":true,"meta":{"n":2,"tags":["x"]},"finished":true,"sum":1,"n":2,"title":"milk"}"#;
     assert_eq!(typed, vec![parse_json(expected).unwrap()], "columns as list() gives them; expressions as SQLite does");
@@ -352,7 +361,8 @@ async fn a_read_that_writes_underneath_is_refused_and_later_writes_still_commit(
     if let Err(refused) = analyze {
         assert!(refused.to_string().contains("readonly"), "the write refused underneath: {refused}");
     }
-    let stat = d.engine.inspect_query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
+    let stat =
+        d.engine.inspect_query("SELECT count(*) AS n FROM sqlite_schema WHERE name = 'sqlite_stat1'", &[]).unwrap();
     assert_eq!(stat, vec![parse_json(r#"{"n":0}"#).unwrap()], "nothing written");
     // The connection writes again after a refused read, and after one that answered.
     d.engine.insert("todos", todo("after", "eggs")).unwrap();

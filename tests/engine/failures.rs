@@ -246,7 +246,13 @@ async fn pushes_backing_off_stay_backed_off_through_a_pass_whose_pull_failed() {
     let blocked = d.status(0).push_error.clone();
     assert_eq!(blocked.as_ref().and_then(|e| e.status), Some(503));
     // The next automatic pass skips the pushes, and its pull fails too.
-    d.net.answer(|r| !is_push(r) && r.url.contains("/v1/events"), 500, r#"{"error":"internal","message":"x"}"#, None, None);
+    d.net.answer(
+        |r| !is_push(r) && r.url.contains("/v1/events"),
+        500,
+        r#"{"error":"internal","message":"x"}"#,
+        None,
+        None,
+    );
     d.clock.advance(1);
     d.engine.sync(SyncTrigger::Poll).await.unwrap();
     let s = d.status(0);

@@ -368,7 +368,8 @@ mod rekey {
         let d = on_file(&s.new, &[&s.relay.url], &s.path);
         d.sync().await;
         assert_eq!(owner_state(&s, &s.old).await, RelayState::Closed, "the queued close went out");
-        let stored = d.engine.inspect_query("SELECT value FROM _sync_meta WHERE key LIKE 'pending_close:%'", &[]).unwrap();
+        let stored =
+            d.engine.inspect_query("SELECT value FROM _sync_meta WHERE key LIKE 'pending_close:%'", &[]).unwrap();
         assert!(stored.is_empty());
     }
 

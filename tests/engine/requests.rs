@@ -36,7 +36,8 @@ fn a_single_write_keeps_its_record_on_its_own_outbox_intent_and_a_re_send_is_ans
     assert_eq!(on_intents.len(), 1, "{on_intents:?}");
     assert_eq!(on_intents[0].0, "tab:1");
     let last = d.engine.inspect_query("SELECT max(event_id) AS e FROM _sync_outbox", &[]).unwrap();
-    let carrier = d.engine.inspect_query("SELECT event_id AS e FROM _sync_outbox WHERE request_id = 'tab:1'", &[]).unwrap();
+    let carrier =
+        d.engine.inspect_query("SELECT event_id AS e FROM _sync_outbox WHERE request_id = 'tab:1'", &[]).unwrap();
     assert_eq!(carrier, last, "the transaction's last intent carries it");
     let again = d.engine.transaction_once("tab:1", &[insert("a"), insert("b")]).unwrap();
     assert_eq!(again, first);

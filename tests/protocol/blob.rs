@@ -1,7 +1,9 @@
 use crate::test;
 use simplysync::protocol::blob::{BlobError, BlobOptions};
 use simplysync::protocol::entropy::OsEntropy;
-use simplysync::protocol::{decrypt_blob, decrypt_blob_chunk, encrypt_blob, EncryptedBlob, Identity};
+use simplysync::protocol::{
+    decrypt_blob, decrypt_blob_chunk, encrypt_blob, encrypt_blob_reporting, EncryptedBlob, Identity,
+};
 
 fn alice() -> Identity {
     Identity::from_secret("sf1_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8").unwrap()
@@ -27,6 +29,18 @@ fn a_blob_splits_into_chunks_and_reassembles() {
     assert_eq!(b.manifest.chunks[0].size, 12 + 300 + 16);
     assert_eq!(decrypt_blob(&id, &b.manifest, &bytes_of(&b)).unwrap(), data);
     assert_eq!(decrypt_blob_chunk(&id, &b.manifest, 2, &b.chunks[2].bytes).unwrap(), data[600..900].to_vec());
+}
+
+#[test]
+fn sealing_a_blob_tells_the_bytes_sealed_after_each_chunk() {
+    let id = alice();
+    let data = vec![7u8; 1000];
+    let opts = BlobOptions { mime_type: "image/png".into(), chunk_size: Some(300) };
+    let mut told = Vec::new();
+    let b = encrypt_blob_reporting(&id, &data, &opts, "t", &mut OsEntropy, &mut |done, total| told.push((done, total)))
+        .unwrap();
+    assert_eq!(told, [(300, 1000), (600, 1000), (900, 1000), (1000, 1000)]);
+    assert_eq!(decrypt_blob(&id, &b.manifest, &bytes_of(&b)).unwrap(), data);
 }
 
 #[test]
