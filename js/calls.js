@@ -53,9 +53,11 @@ export class Calls {
     for (const id of [...this.#pending.keys()]) this.settle(id, false, error);
   }
 
-  /** Rejects the calls last sent to tab `tabId` with `error`. */
-  rejectSentTo(tabId, error) {
-    for (const [id, call] of [...this.#pending.entries()]) if (call.sentTo === tabId) this.settle(id, false, error);
+  /** Rejects the calls last sent to tab `tabId` (those `which` picks) with `error`. */
+  rejectSentTo(tabId, error, which = () => true) {
+    for (const [id, call] of [...this.#pending.entries()]) {
+      if (call.sentTo === tabId && which(call)) this.settle(id, false, error);
+    }
   }
 
   /** Calls not answered yet, oldest first: `[id, call]`. */

@@ -16,6 +16,9 @@ export class Engine {
   constructor(hub) {
     this.#hub = hub;
     this.#watches = new Watches(hub);
+    // Closed by another tab (a log-out, an upgrade) or for good after a failure: this tab's
+    // listeners and object URLs go too, as close() lets them go.
+    hub.on('closed', () => this.#release());
     if (typeof window !== 'undefined' && hub.autoSync) {
       this.#onFocus = () => hub.call('notify', ['focus']).catch(() => {});
       this.#onOnline = () => hub.call('notify', ['online']).catch(() => {});
@@ -39,6 +42,11 @@ export class Engine {
     return this.#hub.role;
   }
 
+  /** The error the engine closed with (its `code` says why), or null while it is open. */
+  get closed() {
+    return this.#hub.closed ? this.#hub.closeError : null;
+  }
+
   /** Every relay's status as last known here (no request): what {@link onStatus} last told. */
   get status() {
     return this.#hub.lastStatus;
@@ -52,7 +60,7 @@ export class Engine {
   /** Resolves once {@link hasSynced} (at once if it already is); rejects if the engine closes first. */
   waitForFirstSync() {
     if (this.hasSynced) return Promise.resolve();
-    if (this.#hub.closed) return Promise.reject(closedError());
+    if (this.#hub.closed) return Promise.reject(this.#hub.closeError ?? closedError());
     return new Promise((resolve, reject) => {
       const stop = () => {
         offStatus();
@@ -284,6 +292,11 @@ export class Engine {
   }
 
   async close() {
+    this.#release();
+    await this.#hub.close();
+  }
+
+  #release() {
     if (this.#onFocus) {
       window.removeEventListener('focus', this.#onFocus);
       window.removeEventListener('online', this.#onOnline);
@@ -292,7 +305,6 @@ export class Engine {
     }
     for (const url of this.#blobUrls) URL.revokeObjectURL(url);
     this.#blobUrls.clear();
-    await this.#hub.close();
   }
 }
 

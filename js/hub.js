@@ -100,6 +100,7 @@ export class Hub {
     this.info = null;
     this.lastStatus = [];
     this.closed = false;
+    this.closeError = null;
     this.ready = new Promise((resolve, reject) => {
       this.#markReady = resolve;
       this.#failReady = reject;
@@ -253,6 +254,8 @@ export class Hub {
   #stopWorker() {
     this.#worker?.terminate();
     this.#worker = null;
+    this.#stuck = false; // a fresh worker starts answered
+    this.#pingSentAt = null;
     const err = new SimplySyncError('the engine worker stopped', 'WORKER');
     for (const call of this.#workerCalls.values()) call.reject(err);
     this.#workerCalls.clear();
@@ -293,7 +296,9 @@ export class Hub {
 
   #toWorker(method, args, requestId, timeoutMs, firstSend = false, transfer = undefined, onProgress = undefined) {
     if (!this.#worker) return Promise.reject(new SimplySyncError('the engine worker is restarting', 'WORKER'));
-    if (this.#stuck && method !== 'ping') return Promise.reject(this.#unresponsive());
+    // Reads fail fast while the worker does not answer; writes wait for it (they run once it
+    // is free) until their own deadline.
+    if (this.#stuck && method !== 'ping' && !MUTATING.has(method)) return Promise.reject(this.#unresponsive());
     const id = randomId();
     return new Promise((resolve, reject) => {
       let timer;
@@ -324,10 +329,11 @@ export class Hub {
       return;
     }
     const call = this.#workerCalls.get(msg.id);
-    if (!call) return;
     this.#workerCalls.delete(msg.id);
-    if (msg.ok) call.resolve(msg.value);
-    else call.reject(revive(msg.error));
+    if (msg.ok) call?.resolve(msg.value);
+    else call?.reject(revive(msg.error));
+    // Also for a call no one waits for any more (it timed out, or was UNRESPONSIVE): the
+    // worker's module trapped all the same, and must be replaced.
     if (msg.fatal) this.#workerFailed(revive(msg.error));
   }
 
@@ -356,6 +362,7 @@ export class Hub {
         if (msg.from === this.tabId) break;
         const newLeader = msg.from !== this.leaderId;
         this.leaderId = msg.from;
+        if (newLeader) this.#pingSentAt = null; // a ping the previous leader left unanswered
         if (this.role !== 'leader') {
           this.role = 'follower';
           if (!this.#everReady) this.#join();
@@ -370,7 +377,10 @@ export class Hub {
         this.#visible.delete(msg.from);
         this.#outboxes.get(msg.from)?.close();
         this.#outboxes.delete(msg.from);
-        if (msg.from === this.leaderId) this.leaderId = null; // the next leader announces itself
+        if (msg.from === this.leaderId) {
+          this.leaderId = null; // the next leader announces itself
+          this.#pingSentAt = null;
+        }
         if (this.role === 'leader') this.#applyVisibility();
         break;
       case 'visibility':
@@ -419,6 +429,13 @@ export class Hub {
             'SCHEMA_MISMATCH',
           );
         }
+        if (info.packageVersion === undefined) {
+          // A running tab of a package before this version cannot step down for a newer one.
+          throw new SimplySyncError(
+            `another tab runs ${this.#options.dbName} with an older schema and an older version of simplysync that cannot hand over: reload that tab`,
+            'SCHEMA_MISMATCH',
+          );
+        }
         // This tab's app is newer: the running tabs step down, and this one leads (its lock
         // request is waiting) once the leader let go.
         this.#shared.postMessage({ type: 'upgrade', from: this.tabId, schemaVersion: this.schemaVersion, packageVersion: PACKAGE_VERSION });
@@ -438,7 +455,7 @@ export class Hub {
   #onInbox(msg) {
     if (this.closed) return;
     if (msg.type === 'ping') {
-      if (this.role === 'leader') this.#send(msg.from, { type: 'pong', from: this.tabId, stuck: this.#stuck });
+      if (this.role === 'leader') this.#send(msg.from, { type: 'pong', from: this.tabId, nonce: msg.nonce, stuck: this.#stuck });
       return;
     }
     if (msg.type === 'progress') {
@@ -446,9 +463,10 @@ export class Hub {
       return;
     }
     if (msg.type === 'pong') {
-      if (msg.from !== this.leaderId) return;
+      // Only the answer to this tab's latest ping, from the leader it was sent to.
+      if (msg.from !== this.leaderId || msg.nonce !== this.#pingSentAt) return;
       this.#pingSentAt = null;
-      if (msg.stuck) this.#calls.rejectSentTo(this.leaderId, this.#unresponsive());
+      if (msg.stuck) this.#calls.rejectSentTo(this.leaderId, this.#unresponsive(), (call) => !MUTATING.has(call.method));
       return;
     }
     if (msg.type === 'call') {
@@ -542,7 +560,9 @@ export class Hub {
   #heartbeat() {
     if (this.closed) return;
     const leading = this.role === 'leader';
-    if (!leading && !(this.role === 'follower' && this.leaderId && this.#calls.size > 0)) {
+    // (A leader of a package before this version has no packageVersion, and answers no ping.)
+    const pingable = this.info?.packageVersion !== undefined;
+    if (!leading && !(this.role === 'follower' && this.leaderId && pingable && this.#calls.size > 0)) {
       this.#pingSentAt = null;
       return;
     }
@@ -551,7 +571,7 @@ export class Hub {
     if (this.#pingSentAt === null) {
       this.#pingSentAt = now;
       if (!leading) {
-        this.#send(this.leaderId, { type: 'ping', from: this.tabId });
+        this.#send(this.leaderId, { type: 'ping', from: this.tabId, nonce: now });
         return;
       }
       const sent = now;
@@ -572,12 +592,12 @@ export class Hub {
       if (leading) {
         this.#stuck = true;
         for (const [id, call] of this.#workerCalls) {
-          if (call.method === 'ping') continue;
+          if (call.method === 'ping' || MUTATING.has(call.method)) continue;
           this.#workerCalls.delete(id);
           call.reject(error);
         }
       } else {
-        this.#calls.rejectSentTo(this.leaderId, error);
+        this.#calls.rejectSentTo(this.leaderId, error, (call) => !MUTATING.has(call.method));
         this.#pingSentAt = null; // the next call out pings afresh
       }
     }, 500);
@@ -640,6 +660,7 @@ export class Hub {
   #closeLocally(error) {
     if (this.closed) return;
     this.closed = true;
+    this.closeError = error;
     clearInterval(this.#beat);
     this.#releaseSchemaLock?.();
     this.#restarted?.(); // calls waiting for a restart go on, to CLOSED

@@ -519,6 +519,8 @@ export declare class Engine<S extends Schema = Schema> {
   readonly deviceId: string;
   /** `leader` if this tab runs the engine, `follower` if another tab does. */
   readonly role: 'leader' | 'follower' | 'starting';
+  /** The error the engine closed with (its `code` says why: `OUTDATED`, `DELETED`, …), or null while open. */
+  readonly closed: SimplySyncError | null;
   /**
    * Every relay's status as last known in this tab, without a request: what {@link onStatus}
    * last told (at first, what the engine had when it opened).
@@ -930,14 +932,15 @@ export declare function hasStoredSecret(dbName?: string): Promise<boolean>;
 /**
  * Deletes database `dbName` from this browser — its files and its stored key — without opening
  * it: for a database whose key or phrase is lost (`SECRET_LOST`, `OWNER_MISMATCH`), or to log
- * out where no engine is open. Tabs that have it open close first, with `DELETED`. Changes not
- * yet synced are lost.
+ * out where no engine is open. Tabs that have it open close first, with `DELETED`; one that
+ * does not let go within `timeoutMs` (30000) makes it reject with `TIMEOUT`, nothing deleted.
+ * Changes not yet synced are lost.
  * @example
  * ```ts
  * await deleteDatabase('todos.db');
  * ```
  */
-export declare function deleteDatabase(dbName: string): Promise<void>;
+export declare function deleteDatabase(dbName: string, options?: { timeoutMs?: number }): Promise<void>;
 
 /**
  * Mints a new 12-word recovery phrase.

@@ -46,17 +46,32 @@ const DEFAULTS = {
  * key — without opening it: for a database whose key or phrase is lost, or to log out where no
  * engine is open. Every tab that has it open closes first, with the code DELETED.
  */
-export async function deleteDatabase(dbName) {
+export async function deleteDatabase(dbName, { timeoutMs = 30000 } = {}) {
   if (typeof dbName !== 'string' || !dbName) throw invalid('deleteDatabase(dbName): dbName must be a non-empty string');
   const lockName = `simplysync:${dbName}`;
-  if (typeof BroadcastChannel === 'function') {
-    const channel = new BroadcastChannel(lockName);
-    channel.postMessage({ type: 'closed', code: 'DELETED', reason: `the database ${dbName} was deleted (deleteDatabase)` });
+  if (!globalThis.navigator?.locks || typeof BroadcastChannel !== 'function') return wipe(dbName);
+  // Every tab of it closes; the request is said again each second while the lock is held (a
+  // tab that opened just after the first word, or a frozen one that wakes).
+  const channel = new BroadcastChannel(lockName);
+  const say = () => channel.postMessage({ type: 'closed', code: 'DELETED', reason: `the database ${dbName} was deleted (deleteDatabase)` });
+  say();
+  const again = setInterval(say, 1000);
+  const abort = new AbortController();
+  const timer = setTimeout(() => abort.abort(), timeoutMs);
+  try {
+    // Once the tab that runs it let go (its worker stopped: the files are free).
+    await navigator.locks.request(lockName, { signal: abort.signal }, () => {
+      clearInterval(again);
+      return wipe(dbName);
+    });
+  } catch (e) {
+    if (e?.name !== 'AbortError') throw e;
+    throw new SimplySyncError(`${dbName} is still held by a tab that did not close within ${timeoutMs} ms: nothing was deleted`, 'TIMEOUT');
+  } finally {
+    clearInterval(again);
+    clearTimeout(timer);
     channel.close();
   }
-  // Once the tab that runs it let go (its worker stopped: the files are free).
-  if (globalThis.navigator?.locks) await navigator.locks.request(lockName, () => wipe(dbName));
-  else await wipe(dbName);
 }
 
 async function wipe(dbName) {

@@ -69,6 +69,7 @@ function inWorker(method, args) {
     const timer = setTimeout(() => {
       waiting.delete(id);
       reject(new SimplySyncError(`${method} did not answer within ${DEADLINE_MS} ms`, 'TIMEOUT'));
+      if (!waiting.size) idleTimer = setTimeout(() => stopPhraseWorker(null), IDLE_MS);
     }, DEADLINE_MS);
     waiting.set(id, { resolve, reject, timer });
     phraseWorker.postMessage({ id, method, args });

@@ -32,7 +32,7 @@ const LOADING = Object.freeze({ data: undefined, isLoading: true, error: null })
  * An external store over one live query: the query runs while a component subscribes; its last
  * state survives a resubscription (React's StrictMode subscribes twice).
  */
-function liveStore(start) {
+function liveStore(start, onIdle) {
   let state = LOADING;
   let stop = null;
   const listeners = new Set();
@@ -58,10 +58,13 @@ function liveStore(start) {
         if (listeners.size === 0 && stop) {
           stop();
           stop = null;
+          onIdle?.();
         }
       };
     },
     getSnapshot: () => state,
+    /** Whether more than `others` subscriptions hold it. */
+    watched: (others = 0) => listeners.size > others,
   };
 }
 
@@ -95,12 +98,24 @@ function suspenseEntry(engine, key, start) {
   if (!byKey) suspended.set(engine, (byKey = new Map()));
   let entry = byKey.get(key);
   if (!entry) {
-    const store = liveStore(start);
-    entry = { store, hold: null };
+    const store = liveStore(start, () => {
+      // No component shows it any more: forgotten a while later unless one comes back.
+      clearTimeout(entry.evict);
+      entry.evict = setTimeout(() => !store.watched() && byKey.get(key) === entry && byKey.delete(key), 60000);
+    });
+    entry = { store, hold: null, evict: null };
+    let settle;
     entry.ready = new Promise((resolve) => {
+      settle = resolve;
       entry.hold = store.subscribe(() => !store.getSnapshot().isLoading && resolve());
     });
-    const timer = setTimeout(() => release(entry), 30000);
+    // A suspended render that never mounts (the user went elsewhere) lets go of the query after
+    // five minutes; a render still waiting then starts it afresh.
+    const timer = setTimeout(() => {
+      if (byKey.get(key) === entry && !store.watched(1)) byKey.delete(key);
+      release(entry);
+      settle();
+    }, 300000);
     entry.release = () => {
       clearTimeout(timer);
       entry.hold?.();
@@ -154,7 +169,7 @@ export function useStatus() {
 }
 
 function statusStore(engine) {
-  let closed = null;
+  let closed = engine.closed ?? null; // closed before this store was made
   const read = () => Object.freeze({ relays: engine.status, hasSynced: engine.hasSynced, closed });
   let value = read();
   return {
@@ -163,6 +178,7 @@ function statusStore(engine) {
         value = read();
         onChange();
       };
+      closed ??= engine.closed ?? null;
       value = read(); // what changed before this subscription
       const offStatus = engine.onStatus(changed);
       const offClose = engine.onClose((e) => {

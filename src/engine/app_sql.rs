@@ -94,7 +94,8 @@ fn hidden_table(name: &str) -> bool {
     if let Some(pragma) = lower.strip_prefix("pragma_") {
         return !PRAGMAS.contains(&pragma);
     }
-    lower.starts_with("_sync_") || lower.starts_with("sqlite_")
+    // `dbstat` (in native builds) tells the pages of every table, the engine's included.
+    lower.starts_with("_sync_") || lower.starts_with("sqlite_") || lower == "dbstat"
 }
 
 #[cfg(test)]
@@ -103,9 +104,15 @@ mod tests {
 
     #[test]
     fn the_engines_tables_and_sqlites_are_hidden_the_apps_are_not() {
-        for name in
-            ["_sync_meta", "_SYNC_OUTBOX", "sqlite_schema", "sqlite_master", "SQLITE_STAT1", "pragma_table_list"]
-        {
+        for name in [
+            "_sync_meta",
+            "_SYNC_OUTBOX",
+            "sqlite_schema",
+            "sqlite_master",
+            "SQLITE_STAT1",
+            "pragma_table_list",
+            "dbstat",
+        ] {
             assert!(hidden_table(name), "{name}");
         }
         for name in ["todos", "sync_todos", "_synced", "pragma_table_info", "PRAGMA_INDEX_LIST"] {

@@ -35,6 +35,31 @@ impl Engine {
         self.put_blob_reporting(bytes, mime_type, chunk_size, &mut |_, _| {})
     }
 
+    /// [`Engine::put_blob_reporting`] at most once per `request_id` — the package's id is the
+    /// digest of the bytes, type and chunk size, so the same file put again (a retry after a
+    /// timeout) gets the blob stored the first time. Unless that blob is gone since (purged, or
+    /// re-sealed by a re-key): then it is stored again, under a fresh record.
+    pub fn put_blob_once(
+        &self,
+        request_id: Option<&str>,
+        bytes: &[u8],
+        mime_type: &str,
+        chunk_size: Option<usize>,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<BlobManifest, EngineError> {
+        if let Some(id) = request_id {
+            super::requests::validate_request_id(id)?;
+            if let Some(text) = self.recorded_request(id)? {
+                let first: BlobManifest = self.replay(id, &text)?;
+                if self.blob_manifest(&first.blob_id).is_ok_and(|live| live == first) {
+                    return Ok(first);
+                }
+                self.write(|tx| Ok(self.forget_request(tx, id)?))?;
+            }
+        }
+        self.once(request_id, || self.put_blob_reporting(bytes, mime_type, chunk_size, progress))
+    }
+
     /// [`Engine::put_blob`] that tells `progress(bytes_sealed, byte_size)` after each chunk is
     /// encrypted (the blob is stored, in one transaction, after the last).
     pub fn put_blob_reporting(

@@ -112,7 +112,13 @@ impl Engine {
         self.write_request(tx, &id, &text)
     }
 
-    fn replay<T: FromJson>(&self, id: &str, text: &str) -> Result<T, EngineError> {
+    /// Forgets request `request_id`'s record (a blob's, when the blob it names is gone).
+    pub(crate) fn forget_request(&self, tx: &Connection, request_id: &str) -> Result<(), EngineError> {
+        tx.prepare_cached("DELETE FROM _sync_requests WHERE id = ?1")?.execute([request_id])?;
+        Ok(())
+    }
+
+    pub(crate) fn replay<T: FromJson>(&self, id: &str, text: &str) -> Result<T, EngineError> {
         read_json(text.as_bytes(), "result").map_err(|e| {
             StoreError::Corrupt(format!("the recorded result of request {id:?} does not read back: {e}")).into()
         })

@@ -601,9 +601,7 @@ impl WebEngine {
             }
         };
         let m = e
-            .once(request_id.as_deref(), || {
-                e.put_blob_reporting(&data, &mime_type, chunk_size.map(|c| c as usize), &mut tell)
-            })
+            .put_blob_once(request_id.as_deref(), &data, &mime_type, chunk_size.map(|c| c as usize), &mut tell)
             .map_err(err)?;
         self.after_write();
         Ok(record_to_js(&m))

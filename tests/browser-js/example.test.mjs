@@ -229,6 +229,21 @@ test('two devices, offline edits, a restored third device with the attachment, a
   await eventually(async () => !(await titles(tab2)).includes('Water the plants'), 10000, 'tab 2 sees tab 1\'s delete');
   await shot(tab2, '6-second-tab');
 
+  // A newer version of the app opens in a third tab (its `upgrade` word, as the package
+  // sends it): tab 2 says so and offers a reload instead of a list that stopped.
+  const newerTab = await a.context.newPage();
+  await newerTab.goto(url);
+  await newerTab.evaluate(() => new BroadcastChannel('simplysync:todos.db').postMessage({ type: 'upgrade', from: 'newer', schemaVersion: 99 }));
+  await tab2.waitForSelector('body[data-ready=outdated]', { timeout: 15000 });
+  assert.equal(await tab2.isVisible('#outdated-panel'), true);
+  await shot(tab2, '6b-outdated');
+  await newerTab.close();
+  // Both tabs were told; each reloads, as the user would, and opens again.
+  await a.page.reload();
+  await a.page.waitForSelector('body[data-ready=app]', { timeout: 20000 });
+  await tab2.click('#reload');
+  await tab2.waitForSelector('body[data-ready=app]', { timeout: 20000 });
+
   // Tab 1 logs out: tab 2 says why and shows the welcome screen, not a list that stopped.
   await a.page.click('#menu summary');
   await a.page.click('#log-out');

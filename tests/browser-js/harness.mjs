@@ -82,7 +82,8 @@ export function buildNextApp() {
   execFileSync(path.join(app, 'node_modules/.bin/next'), ['build'], {
     cwd: app,
     stdio: 'inherit',
-    env: { ...process.env, NEXT_TELEMETRY_DISABLED: '1' },
+    // (Vite's dev server, started earlier in this process, sets NODE_ENV to development.)
+    env: { ...process.env, NEXT_TELEMETRY_DISABLED: '1', NODE_ENV: 'production' },
   });
   return path.join(app, 'out');
 }

@@ -441,12 +441,15 @@ test('a leader whose worker, or whose page, stops answering fails waiting calls 
     while (Date.now() < end);
   });
   await new Promise((r) => setTimeout(r, 200));
+  // A write meanwhile is not failed early: it runs once the worker is free.
+  const write = t2.evaluate(() => window.engine.insert('todos', { id: 'w', title: 'waited' }).then((r) => r.id, (e) => e.code));
   const [fromFollower, fromLeader] = await Promise.all([timed(t2), timed(t1)]);
   for (const [who, r] of [['follower', fromFollower], ['leader', fromLeader]]) {
     assert.equal(r.code, 'UNRESPONSIVE', `${who}: ${JSON.stringify(r)}`);
     assert.ok(r.ms < 6000, `${who}: failed after ${r.ms} ms, not at the 60 s deadline`);
   }
   await stuck;
+  assert.equal(await write, 'w', 'the write waited for the worker and was applied');
   await eventually(async () => (await attempt(t2, (e) => e.list('todos'))).value !== undefined, 10000, 'served again');
   // The leader's page itself stops answering (its main thread blocked): the follower's ping goes unanswered.
   const frozen = t1.evaluate(() => {
@@ -634,5 +637,23 @@ test('putBlob tells its progress chunk by chunk, in the tab that runs the engine
       [1000000, 1000000, true],
     ], `${who}: each chunk sealed, then stored`);
   }
+  await context.close();
+});
+
+test('a tab never leads while a tab with a newer schema is alive (a deploy rolled back opens again once it is gone)', async () => {
+  const context = await browser.newContext();
+  const [newer, old] = [await openApp(context, server.url), await openApp(context, server.url)];
+  // A tab of a newer app version, alive but not (yet) running the database: its schema lock.
+  await newer.evaluate(() => {
+    window.releaseNewer = null;
+    navigator.locks.request('simplysync:guard.db:schema:7', { mode: 'shared' }, () => new Promise((r) => (window.releaseNewer = r)));
+  });
+  await eventually(() => newer.evaluate(() => window.releaseNewer !== null), 5000, 'the newer tab\'s lock');
+  const opts = { secret: await phraseIn(old), relays: [], schema: SCHEMA, autoSync: false, dbName: 'guard.db', persist: false };
+  assert.equal((await open(old, opts)).error?.code, 'OUTDATED', 'the old tab does not lead');
+  await newer.evaluate(() => window.releaseNewer());
+  const reopened = await open(old, opts);
+  assert.equal(reopened.role, 'leader', JSON.stringify(reopened));
+  assert.equal(reopened.storage.persisted, 'not-asked', 'persist: false asks nothing');
   await context.close();
 });

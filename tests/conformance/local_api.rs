@@ -292,6 +292,8 @@ async fn app_sql_never_reads_the_engines_tables_nor_sqlites_however_it_names_the
         "SELECT * FROM sqlite_schema",
         "SELECT * FROM pragma_table_list",
         "SELECT * FROM pragma_database_list",
+        "SELECT * FROM temp.sqlite_master",
+        "SELECT * FROM sqlite_temp_master",
         "PRAGMA table_list",
         "PRAGMA synchronous",
         "PRAGMA optimize",
@@ -301,6 +303,8 @@ async fn app_sql_never_reads_the_engines_tables_nor_sqlites_however_it_names_the
         assert!(refused.to_string().contains("_sync_"), "{hidden}: the error says what app SQL may read: {refused}");
         assert_eq!(d.engine.tables_read(hidden).unwrap_err().code(), "INVALID_QUERY", "live query of {hidden}");
     }
+    // `dbstat` (where the build has it) would tell the engine tables' sizes.
+    assert_eq!(d.engine.query("SELECT name FROM dbstat", &[]).unwrap_err().code(), "INVALID_QUERY");
     // The app's tables, facts about them and the database's health remain readable.
     let info = d.engine.query("SELECT name FROM pragma_table_info('todos') WHERE name = 'title'", &[]).unwrap();
     assert_eq!(info.len(), 1);

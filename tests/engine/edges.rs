@@ -368,3 +368,22 @@ async fn a_pull_404_is_not_lost_data_while_health_fails_even_if_status_says_404(
     assert_eq!(d.status(0).error.and_then(|e| e.code).as_deref(), Some("unconfirmed_404"));
     assert_eq!(d.net.sent("POST", "/v1/events"), pushes, "nothing re-uploaded");
 }
+
+#[tokio::test]
+async fn a_blob_put_again_under_its_request_id_is_the_first_one_unless_it_was_purged_since() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    let put =
+        |bytes: &[u8]| d.engine.put_blob_once(Some("blob:digest"), bytes, "image/png", None, &mut |_, _| {}).unwrap();
+    let first = put(b"a picture");
+    assert_eq!(put(b"a picture"), first, "a retry gets the blob stored the first time");
+    assert_eq!(
+        d.engine.inspect_query("SELECT count(*) AS n FROM blob", &[]).unwrap()[0].get("n").and_then(Json::as_f64),
+        Some(1.0)
+    );
+    assert_eq!(d.engine.purge_rows("blob", std::slice::from_ref(&first.blob_id)).unwrap(), 1);
+    let again = put(b"a picture");
+    assert_ne!(again.blob_id, first.blob_id, "the purged blob is not handed back");
+    assert_eq!(d.engine.blob_manifest(&again.blob_id).unwrap(), again);
+    assert_eq!(put(b"a picture"), again, "and the new one is recorded for the next retry");
+}
