@@ -54,7 +54,7 @@ impl Engine {
                 if self.blob_manifest(&first.blob_id).is_ok_and(|live| live == first) {
                     return Ok(first);
                 }
-                self.write(|tx| Ok(self.forget_request(tx, id)?))?;
+                self.write(|tx| self.forget_request(tx, id))?;
             }
         }
         self.once(request_id, || self.put_blob_reporting(bytes, mime_type, chunk_size, progress))

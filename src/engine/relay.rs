@@ -236,6 +236,11 @@ impl RelayRuntime {
             self.last_sync_at = Some(now);
         }
         self.push_error = Some(info);
+        // A 429 is the relay asking this client to slow down, whatever it was asked: the whole
+        // relay backs off (the spec's five minutes, or its Retry-After), reads included.
+        if f.status() == Some(429) {
+            self.backoff_until = Some(now + backoff_delay(f, self.push_failures.max(1), now, random));
+        }
     }
 
     /// A pass succeeded.

@@ -89,6 +89,26 @@ async fn a_429_backs_automatic_passes_off_five_minutes_or_its_retry_after_and_st
 }
 
 #[tokio::test]
+async fn a_429_to_pushes_alone_backs_the_whole_relay_off_reads_included() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("a", "x")).unwrap();
+    d.net.answer(is_push, 429, r#"{"error":"rate_limited","message":"slow down"}"#, Some("60"), None);
+    let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!(r.relays[0].pushed, 0);
+    assert_eq!(d.status(0).backoff_until, Some(d.clock.now() + 60_000), "its Retry-After, for the relay");
+    d.clock.advance(59_000);
+    let gets = d.net.sent("GET", "/v1/events");
+    let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert!(r.relays[0].skipped.is_some(), "a poll leaves the relay alone: {r:?}");
+    assert_eq!(d.net.sent("GET", "/v1/events"), gets, "no pull either");
+    d.net.clear();
+    d.clock.advance(1_001);
+    let r = d.engine.sync(SyncTrigger::Poll).await.unwrap();
+    assert_eq!((r.relays[0].skipped.as_deref(), r.relays[0].pushed), (None, 1), "{r:?}");
+}
+
+#[tokio::test]
 async fn network_errors_and_5xx_retry_within_the_poll_cadence_at_first() {
     for status in [500, 502, 503] {
         let (_relay, d) = failing_device(status).await;
