@@ -160,8 +160,15 @@ impl Engine {
                 // A relay with a smaller MAX_EVENTS_PER_PUSH or request limit: halve and retry.
                 Err(f) if f.is_too_large() && batch.len() > 1 => limit = (batch.len() as u32 / 2).max(1),
                 // One event within the limits this engine writes to (`maxEventBytes`, the
-                // relays' limit): the relay refuses it for room, whatever its body says.
-                Err(f) if f.is_too_large() && batch[0].envelope.len() <= self.options.max_event_bytes => {
+                // relays' limit): the relay refuses it for room, whatever its body says — unless
+                // its last account (`/v1/status`) shows room for it: then something between (a
+                // proxy) or the relay takes smaller events than `maxEventBytes`, and the event
+                // is set aside below, not the whole outbox held up.
+                Err(f)
+                    if f.is_too_large()
+                        && batch[0].envelope.len() <= self.options.max_event_bytes
+                        && !self.room_for(url, batch[0].envelope.len()) =>
+                {
                     return Err(RelayFailure::detected(
                         413,
                         "quota_exceeded",
@@ -201,5 +208,15 @@ impl Engine {
             next = None;
             accepting = false;
         }
+    }
+}
+
+impl Engine {
+    /// Whether relay `url`'s last known account has room for `bytes` more (false when unknown).
+    fn room_for(&self, url: &str, bytes: usize) -> bool {
+        self.with_relay(url, |r| {
+            r.account.as_ref().is_some_and(|a| a.used_bytes.saturating_add(bytes as u64) <= a.quota_bytes)
+        })
+        .unwrap_or(false)
     }
 }

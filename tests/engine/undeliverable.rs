@@ -308,3 +308,29 @@ async fn a_413_for_one_event_within_the_limits_is_the_relay_out_of_room_and_a_pu
     let r = d.engine.sync(SyncTrigger::Write).await.unwrap();
     assert_eq!(r.relays[0].pushed, 9);
 }
+
+#[tokio::test]
+async fn a_413_for_one_event_when_the_account_has_room_sets_that_event_aside_and_pushes_the_rest() {
+    let relay = TestRelay::start();
+    let d = Device::new(&phrase(), &[&relay.url]);
+    d.engine.insert("todos", todo("first", "x")).unwrap();
+    d.sync().await;
+    d.engine.relay_statuses().await.unwrap(); // the account is known: plenty of room
+                                              // Something in front of the relay takes no request over 40 KB (a proxy's smaller limit).
+    d.engine.insert("todos", todo("big", &"y".repeat(60_000))).unwrap();
+    for i in 0..3 {
+        d.engine.insert("todos", todo(&format!("small{i}"), "z")).unwrap();
+    }
+    d.net.answer(
+        |r| r.method == simplysync::engine::io::Method::Post && r.body.as_ref().is_some_and(|b| b.len() > 40_000),
+        413,
+        r#"{"error":"too_large","message":"request entity too large"}"#,
+        None,
+        None,
+    );
+    let r = d.sync().await;
+    assert_eq!((r.relays[0].pushed, r.relays[0].set_aside), (3, 1), "{r:?}");
+    let s = d.status(0);
+    assert_eq!((s.set_aside.events, s.pending), (1, 0));
+    assert_ne!(s.push_error.as_ref().and_then(|e| e.code.as_deref()), Some("quota_exceeded"));
+}

@@ -19,8 +19,9 @@
 #![cfg(not(target_arch = "wasm32"))]
 
 use simplysync::protocol::blob::BlobManifest;
+use simplysync::protocol::json::JsonObject;
 use simplysync::protocol::json_fields::{read_json, FromJson};
-use simplysync::protocol::json_parse::parse_json_bytes;
+use simplysync::protocol::json_parse::{parse_json_bytes, parse_listing};
 use simplysync::protocol::wire::{
     CloseResponse, CompactResponse, ErrorBody, HealthResponse, PushResponse, StatusResponse, WaitResponse,
 };
@@ -374,6 +375,61 @@ fn the_wire_readers_read_what_serde_reads_and_refuse_what_it_refuses() {
             &["version", "ownerId", "blobId", "mimeType", "byteSize", "chunkSize", "chunks", "sha256", "createdAt"],
         );
         reads_alike::<BlobManifest>(&manifest);
+    }
+}
+
+/// The pull page's reader (`parse_listing`: an object whose `events` array is read item by
+/// item) reads `input` as the tree parser does: both refuse it, or the items and the rest are
+/// the tree's.
+fn listing_alike(input: &[u8]) {
+    let shown = String::from_utf8_lossy(input);
+    let (tree, listing) = (parse_json_bytes(input), parse_listing(input, "events"));
+    let (tree, (rest, items)) = match (tree, listing) {
+        (Err(_), Err(_)) => return,
+        (Ok(t), Ok(l)) => (t, l),
+        (t, l) => panic!("the tree {} and the listing {} disagree: {shown:?}", t.is_ok(), l.is_ok()),
+    };
+    let Json::Object(object) = &tree else {
+        assert!(items.is_none() && rest == tree, "{shown:?}");
+        return;
+    };
+    let Some(Json::Array(events)) = object.get("events") else {
+        assert!(items.is_none() && rest == tree, "{shown:?}");
+        return;
+    };
+    let items = items.unwrap_or_else(|| panic!("no items read: {shown:?}"));
+    assert_eq!(items.len(), events.len(), "{shown:?}");
+    for (item, event) in items.into_iter().zip(events) {
+        assert_eq!(&simplysync::protocol::parse_json(item.text).unwrap(), event, "an item's text: {shown:?}");
+        match item.members {
+            Ok(members) => assert_eq!(&Json::Object(JsonObject::from_members(members)), event, "{shown:?}"),
+            Err(value) => assert_eq!(&value, event, "{shown:?}"),
+        }
+    }
+    let others: Vec<_> = object.clone().into_iter().filter(|(k, _)| k.to_string_lossy() != "events").collect();
+    assert_eq!(rest, Json::Object(JsonObject::from_members(others)), "the other members: {shown:?}");
+}
+
+#[test]
+fn a_pull_pages_listing_reads_as_the_tree_parser_reads_it() {
+    let mut rng = Rng(0x5EED_0005);
+    for i in 0..iterations() / 4 {
+        let events: Vec<serde_json::Value> = (0..rng.below(4)).map(|_| value(&mut rng, 2)).collect();
+        let mut page = serde_json::json!({"events": events, "headSeq": value(&mut rng, 1), "epoch": "e"});
+        if i % 5 == 0 {
+            page = value(&mut rng, 3); // not a page at all
+        }
+        let text = serde_json::to_vec(&page).unwrap();
+        listing_alike(&if i % 2 == 0 { mutate(&mut rng, &text) } else { text });
+    }
+    // Repeated keys: the last counts, as in JSON.parse; an array first and a value last is no list.
+    for text in [
+        r#"{"events":[1],"events":[2,3]}"#,
+        r#"{"events":[1],"events":null}"#,
+        r#"{"events":null,"events":[{"a":1,"a":2}]}"#,
+        r#"[{"events":[]}]"#,
+    ] {
+        listing_alike(text.as_bytes());
     }
 }
 
