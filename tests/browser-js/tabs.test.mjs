@@ -47,6 +47,23 @@ const attempt = (page, fn, arg) =>
 
 const phraseIn = (page) => page.evaluate(() => window.simplysync.createMnemonic());
 
+/** The browser evicts database `dbName`'s custody key (the key that seals its secret). */
+const evictCustodyKey = (page, dbName) =>
+  page.evaluate(
+    (name) =>
+      new Promise((resolve, reject) => {
+        const req = indexedDB.open('simplysync-custody', 1);
+        req.onsuccess = () => {
+          const tx = req.result.transaction('keys', 'readwrite');
+          tx.objectStore('keys').delete(name);
+          tx.oncomplete = () => resolve(req.result.close());
+          tx.onerror = () => reject(tx.error);
+        };
+        req.onerror = () => reject(req.error);
+      }),
+    dbName,
+  );
+
 test('the engine keeps the secret, sealed with a non-extractable key: reopening needs no secret, another one changes nothing', async () => {
   const context = await browser.newContext();
   const page = await openApp(context, server.url);
@@ -289,19 +306,7 @@ test('a tab that cannot take over for good closes with the reason instead of wai
   assert.equal((await open(t2, opts)).role, 'follower', 'the follower has no secret of its own');
   const closed = t2.evaluate(() => new Promise((resolve) => window.engine.onClose((e) => resolve(e.code))));
   // The browser evicts the custody key; then the running tab closes.
-  await t2.evaluate(
-    () =>
-      new Promise((resolve, reject) => {
-        const req = indexedDB.open('simplysync-custody', 1);
-        req.onsuccess = () => {
-          const tx = req.result.transaction('keys', 'readwrite');
-          tx.objectStore('keys').delete('lost-key.db');
-          tx.oncomplete = () => resolve(req.result.close());
-          tx.onerror = () => reject(tx.error);
-        };
-        req.onerror = () => reject(req.error);
-      }),
-  );
+  await evictCustodyKey(t2, 'lost-key.db');
   await t1.close();
   assert.equal(await closed, 'SECRET_LOST', 'the app hears why (onClose)');
   const started = Date.now();
@@ -482,19 +487,7 @@ test('deleteDatabase removes a database without opening it, and closes the tab t
   assert.deepEqual((await attempt(t2, (e) => e.list('todos'))).value, []);
   // A database whose key is gone: deleted all the same.
   await attempt(t2, (e) => e.close());
-  await t2.evaluate(
-    () =>
-      new Promise((resolve, reject) => {
-        const req = indexedDB.open('simplysync-custody', 1);
-        req.onsuccess = () => {
-          const tx = req.result.transaction('keys', 'readwrite');
-          tx.objectStore('keys').delete('doomed.db');
-          tx.oncomplete = () => resolve(req.result.close());
-          tx.onerror = () => reject(tx.error);
-        };
-        req.onerror = () => reject(req.error);
-      }),
-  );
+  await evictCustodyKey(t2, 'doomed.db');
   assert.equal((await open(t2, opts)).error?.code, 'SECRET_LOST');
   await t2.evaluate(() => window.simplysync.deleteDatabase('doomed.db'));
   assert.ok((await open(t2, { ...opts, secret: await phraseIn(t2) })).ownerId, 'opens afresh');
