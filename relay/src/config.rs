@@ -44,11 +44,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     (
         "CLIENT_IP_HEADER",
         "(unset)",
-        "header a trusted proxy sets to the client address (its last entry is used; e.g. X-Forwarded-For)",
+        "header a trusted proxy sets to the client address (its last line's last entry is used; e.g. X-Forwarded-For)",
     ),
     ("COMPACTION_INTERVAL_MS", "21600000", "scheduled log compaction period (0: never)"),
-    ("ADMIN_TOKEN", "(unset)", "bearer token of the ops page and /ops/* endpoints (unset: disabled)"),
-    ("METRICS_TOKEN", "(unset)", "bearer token /metrics requires (unset: open)"),
+    ("ADMIN_TOKEN", "(unset)", "bearer token of the ops page and /ops/* endpoints (unset: disabled; an example file's placeholder is refused)"),
+    ("METRICS_TOKEN", "(unset)", "bearer token /metrics requires (unset: open; an example file's placeholder is refused)"),
     ("METRICS_ADDR", "(unset)", "serve /metrics on this address:port only, not on the API's"),
     ("LOG_FORMAT", "text", "log line format: text or json"),
     ("RUST_LOG", "info", "log filter (tracing EnvFilter syntax)"),
@@ -329,12 +329,28 @@ impl Config {
             registration_open,
             max_owners: optional_num(&lookup, "MAX_OWNERS", 0)?,
             compaction_interval_ms: num(&lookup, "COMPACTION_INTERVAL_MS", 21_600_000u64, 0)?,
-            admin_token: lookup("ADMIN_TOKEN").filter(|t| !t.is_empty()),
-            metrics_token: lookup("METRICS_TOKEN").filter(|t| !t.is_empty()),
+            admin_token: token(&lookup, "ADMIN_TOKEN")?,
+            metrics_token: token(&lookup, "METRICS_TOKEN")?,
             metrics_addr,
             log_format,
         })
     }
+}
+
+/// A bearer token setting: unset (or empty), or a secret — never the placeholder of an example
+/// file (`change-me` in `deploy/relay.env.example`): anyone who read that file could use it.
+fn token(lookup: &impl Fn(&str) -> Option<String>, name: &'static str) -> Result<Option<String>, ConfigError> {
+    let Some(value) = lookup(name).filter(|t| !t.is_empty()) else { return Ok(None) };
+    let squashed: String = value.to_ascii_lowercase().chars().filter(|c| c.is_ascii_alphanumeric()).collect();
+    if ["changeme", "replaceme"].iter().any(|p| squashed.contains(p)) {
+        // The value itself is not repeated into logs.
+        return Err(ConfigError {
+            name,
+            value: "(hidden)".into(),
+            reason: "a placeholder from an example file: set a long random value (e.g. `openssl rand -hex 32`)".into(),
+        });
+    }
+    Ok(Some(value))
 }
 
 /// A setting that is unset (or empty) or a number of at least `min`.
@@ -413,5 +429,21 @@ mod tests {
         .unwrap();
         assert_eq!((c.registration_open, c.max_owners), (false, Some(5)));
         assert_eq!(c.admission.client_ip_header.as_deref(), Some("X-Forwarded-For"));
+    }
+
+    #[test]
+    fn a_token_left_as_the_example_files_placeholder_is_refused_at_start() {
+        for (name, value) in [
+            ("ADMIN_TOKEN", "change-me"),
+            ("METRICS_TOKEN", "change-me-too"),
+            ("ADMIN_TOKEN", "CHANGE_ME"),
+            ("METRICS_TOKEN", "replace me"),
+        ] {
+            let err = Config::from_lookup(|k| (k == name).then(|| value.to_owned())).unwrap_err();
+            assert_eq!(err.name, name);
+            assert!(!err.to_string().contains(value), "the value is not repeated: {err}");
+        }
+        let c = Config::from_lookup(|k| (k == "ADMIN_TOKEN").then(|| "9f2c41d7a8e0b36c".to_owned())).unwrap();
+        assert_eq!(c.admin_token.as_deref(), Some("9f2c41d7a8e0b36c"));
     }
 }

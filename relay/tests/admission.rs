@@ -231,16 +231,20 @@ async fn the_http2_preface_is_not_spoken_on_plaintext() {
 
 /// A push as if from client address `ip` (behind a proxy that sets `X-Forwarded-For`).
 async fn push_from(relay: &Relay, ip: &str, owner: &Owner, token: &str) -> Resp {
+    push_with_lines(relay, &[ip], owner, token).await
+}
+
+/// A push whose `X-Forwarded-For` comes as these header lines, in order.
+async fn push_with_lines(relay: &Relay, lines: &[&str], owner: &Owner, token: &str) -> Resp {
     let body = json!({"ownerId": owner.owner_id(), "events": [owner.event("a", 1)]}).to_string();
-    let r = client()
+    let mut req = client()
         .post(format!("{}/v1/events", relay.url))
         .header("Authorization", format!("Bearer {token}"))
-        .header("X-Forwarded-For", ip)
-        .header("Content-Type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+        .header("Content-Type", "application/json");
+    for line in lines {
+        req = req.header("X-Forwarded-For", *line);
+    }
+    let r = req.body(body).send().await.unwrap();
     let (status, headers) = (r.status(), r.headers().clone());
     Resp { status, headers, bytes: r.bytes().await.unwrap().to_vec() }
 }
@@ -282,6 +286,10 @@ async fn one_address_registering_owners_too_fast_gets_429_and_others_do_not() {
     let r = push_from(&relay, "192.0.2.77, 10.0.0.1", &o, o.token()).await;
     r.assert_error(429, "rate_limited");
     assert!(r.headers["retry-after"].to_str().unwrap().parse::<u64>().unwrap() >= 1);
+    // Nor by sending a header line of its own before the one the proxy adds: the last line's
+    // last entry is the address.
+    let o2 = Owner::new();
+    push_with_lines(&relay, &["192.0.2.78", "10.0.0.1"], &o2, o2.token()).await.assert_error(429, "rate_limited");
     // Refused registration registered nothing; another address is unaffected.
     relay.pull(&o, "", None).await.assert_error(404, "unknown_owner");
     assert_eq!(push_from(&relay, "10.0.0.2", &o, o.token()).await.status, 200);

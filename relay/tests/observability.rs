@@ -232,3 +232,22 @@ async fn writes_refused_by_a_quota_are_counted_by_quota() {
     assert!(metrics.contains("simplysync_quota_rejections_total{quota=\"owner\"} 1\n"), "{metrics}");
     assert!(metrics.contains("simplysync_quota_rejections_total{quota=\"total\"} 1\n"), "{metrics}");
 }
+
+#[tokio::test]
+async fn methods_a_client_invents_are_counted_as_other_and_never_grow_the_metrics() {
+    let relay = Relay::start(&[]);
+    let c = client();
+    let metrics_lines =
+        || async { String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap().lines().count() };
+    let invent = |i: u32| Method::from_bytes(format!("X{i}").as_bytes()).unwrap();
+    c.request(invent(0), format!("{}/health", relay.url)).send().await.unwrap();
+    metrics_lines().await; // a scrape's own series exist from the second on
+    let before = metrics_lines().await;
+    for i in 1..=10_000u32 {
+        c.request(invent(i), format!("{}/health", relay.url)).send().await.unwrap();
+    }
+    assert_eq!(metrics_lines().await, before, "10,000 invented methods add no series");
+    let text = String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap();
+    assert!(text.contains("method=\"other\""), "{text}");
+    assert!(!text.contains("method=\"X1\""), "{text}");
+}

@@ -42,12 +42,15 @@ pub async fn request_id(mut req: Request, next: Next) -> Response {
 }
 
 /// The client's address: the last entry of `CLIENT_IP_HEADER` (the one the trusted proxy in
-/// front appended; earlier entries are whatever the client claimed), else the peer.
+/// front appended; earlier entries are whatever the client claimed) — across every line of that
+/// header, the last line's last entry — else the peer.
 fn client_ip(st: &AppState, req: &Request) -> ClientIp {
     if let Some(name) = &st.admission.client_ip_header {
         let from_header = req
             .headers()
-            .get(name.as_str())
+            .get_all(name.as_str())
+            .iter()
+            .next_back()
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.rsplit(',').next())
             .and_then(|v| v.trim().parse().ok());
@@ -85,7 +88,7 @@ pub async fn observe(State(st): State<AppState>, mut req: Request, next: Next) -
         }
     }
     let elapsed = started.elapsed();
-    st.metrics.record_request(method.as_str(), &route, status, elapsed.as_secs_f64());
+    st.metrics.record_request(method_label(&method), &route, status, elapsed.as_secs_f64());
     let owner = resp.extensions().get::<Owner>().map(|o| owner_tag(&o.0));
     tracing::info!(
         %method,
@@ -99,4 +102,22 @@ pub async fn observe(State(st): State<AppState>, mut req: Request, next: Next) -
         "request"
     );
     resp
+}
+
+/// A request's method as the metrics count it: the standard ones by name, anything a client
+/// invents as `other` (each invented name would otherwise be a series of its own, for good).
+fn method_label(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method as M;
+    match *method {
+        M::GET => "GET",
+        M::POST => "POST",
+        M::PUT => "PUT",
+        M::DELETE => "DELETE",
+        M::HEAD => "HEAD",
+        M::OPTIONS => "OPTIONS",
+        M::PATCH => "PATCH",
+        M::TRACE => "TRACE",
+        M::CONNECT => "CONNECT",
+        _ => "other",
+    }
 }
