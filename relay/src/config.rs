@@ -260,6 +260,17 @@ impl Config {
             live_max_waiters: num(&lookup, "LIVE_MAX_WAITERS", a.live_max_waiters, 0)?,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,
         };
+        // A request of a route's largest body must fit the in-flight budget, or it is never admitted.
+        let largest = limits.max_request_bytes.max(limits.max_blob_bytes);
+        if admission.max_in_flight_bytes < largest as u64 {
+            return Err(ConfigError {
+                name: "MAX_IN_FLIGHT_BYTES",
+                value: admission.max_in_flight_bytes.to_string(),
+                reason: format!(
+                    "below the largest request body a route takes ({largest} bytes: MAX_REQUEST_BYTES, MAX_BLOB_BYTES):                      such a request could never be admitted"
+                ),
+            });
+        }
         let registration_open = match lookup("REGISTRATION").as_deref().map(str::trim) {
             None | Some("open") => true,
             Some("closed") => false,
@@ -429,6 +440,20 @@ mod tests {
         .unwrap();
         assert_eq!((c.registration_open, c.max_owners), (false, Some(5)));
         assert_eq!(c.admission.client_ip_header.as_deref(), Some("X-Forwarded-For"));
+    }
+
+    #[test]
+    fn an_in_flight_budget_that_could_never_admit_a_routes_largest_body_is_refused_at_start() {
+        let with = |budget: &'static str| {
+            Config::from_lookup(move |k| match k {
+                "MAX_IN_FLIGHT_BYTES" => Some(budget.to_owned()),
+                "MAX_BLOB_BYTES" => Some("2000000".to_owned()),
+                "MAX_REQUEST_BYTES" => Some("1000000".to_owned()),
+                _ => None,
+            })
+        };
+        assert_eq!(with("1999999").unwrap_err().name, "MAX_IN_FLIGHT_BYTES");
+        assert!(with("2000000").is_ok());
     }
 
     #[test]

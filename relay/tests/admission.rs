@@ -309,3 +309,29 @@ async fn an_address_failing_auth_too_often_gets_429_even_with_the_right_token() 
     assert!(r.headers.contains_key("retry-after"));
     assert_eq!(push_from(&relay, "10.0.0.8", &alice, alice.token()).await.status, 200);
 }
+
+#[tokio::test]
+async fn an_address_guessing_the_admin_or_metrics_token_gets_429_even_with_the_right_one() {
+    let relay = Relay::start(&[
+        ("AUTH_FAILURES_PER_MINUTE", "1"),
+        ("CLIENT_IP_HEADER", "X-Forwarded-For"),
+        ("ADMIN_TOKEN", "a5c1e9f07b2d48e6"),
+        ("METRICS_TOKEN", "7e0d3b9a1c6f4285"),
+    ]);
+    let get = |path: &'static str, ip: &'static str, token: &'static str| {
+        let url = format!("{}{path}", relay.url);
+        async move {
+            client().get(url).header("X-Forwarded-For", ip).bearer_auth(token).send().await.unwrap().status().as_u16()
+        }
+    };
+    for _ in 0..3 {
+        assert_eq!(get("/ops/stats", "10.0.0.7", "guess").await, 403);
+    }
+    assert_eq!(get("/ops/stats", "10.0.0.7", "a5c1e9f07b2d48e6").await, 429, "the guesser waits, right token or not");
+    assert_eq!(get("/metrics", "10.0.0.7", "7e0d3b9a1c6f4285").await, 429);
+    assert_eq!(get("/ops/stats", "10.0.0.8", "a5c1e9f07b2d48e6").await, 200, "another address is unaffected");
+    for _ in 0..3 {
+        assert_eq!(get("/metrics", "10.0.0.9", "guess").await, 403);
+    }
+    assert_eq!(get("/metrics", "10.0.0.9", "7e0d3b9a1c6f4285").await, 429);
+}

@@ -54,6 +54,11 @@ fn body_limit(st: &AppState, method: &Method, route: &str) -> u64 {
     }
 }
 
+/// Routes behind the admin or metrics token.
+pub(crate) fn is_token_route(route: &str) -> bool {
+    route == "/metrics" || route == "/ops" || route.starts_with("/ops/")
+}
+
 /// Checks the declared size, the client's failed authentications and the in-flight budget.
 pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
@@ -65,7 +70,8 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
         return ApiError::TooLarge(format!("the body declares {n} bytes; {route} takes at most {limit}"))
             .into_response();
     }
-    if route.starts_with("/v1/") {
+    // Owners' tokens, and the admin and metrics tokens: an address that guesses too often waits.
+    if route.starts_with("/v1/") || is_token_route(&route) {
         if let Some(ClientIp(Some(ip))) = req.extensions().get::<ClientIp>().copied() {
             if let Some(wait) = st.auth_failures.check(ip) {
                 st.metrics.record_rejection("rate_limited_auth");

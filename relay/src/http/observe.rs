@@ -82,7 +82,9 @@ pub async fn observe(State(st): State<AppState>, mut req: Request, next: Next) -
         // The body may be unread: tell the client this connection cannot be reused.
         resp.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
     }
-    if status == 401 {
+    // A failed authentication: an owner's (401), or a wrong admin or metrics token (401 without
+    // one, 403 with the wrong one) — each spends the address's budget of failures.
+    if status == 401 || (status == 403 && super::admission::is_token_route(&route)) {
         if let Some(ip) = client.0 {
             st.auth_failures.spend(ip);
         }
