@@ -96,6 +96,23 @@ async fn waiters_hold_no_place_in_the_request_budget_and_have_limits_of_their_ow
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_wait_is_authenticated_before_it_takes_a_waiter_slot() {
+    let relay = std::sync::Arc::new(Relay::start(&[("LIVE_MAX_WAITERS", "1")]));
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let after = head(&relay, &alice).await;
+    let (r, a) = (relay.clone(), alice.clone());
+    let holding = tokio::spawn(async move { wait(&r, &a, after, 20_000).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Every slot is taken; a wrong token is told so (401), not that the relay is full (503).
+    let url = format!("{}/v1/events/wait?ownerId={}&after={after}&timeoutMs=20000", relay.url, alice.owner_id());
+    send(Method::GET, &url, Some(&"w".repeat(43)), None).await.assert_error(401, "unauthorized");
+    wait(&relay, &alice, after, 20_000).await.assert_error(503, "overloaded");
+    assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200);
+    assert_eq!(holding.await.unwrap().status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_shutdown_answers_waiting_devices_at_once() {
     let mut relay = Relay::start(&[("SHUTDOWN_TIMEOUT_MS", "20000")]);
     let alice = Owner::new();

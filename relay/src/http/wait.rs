@@ -49,7 +49,15 @@ pub async fn wait(
     };
     let timeout =
         Duration::from_millis(wait_ms(q.get("timeoutMs"), st.request_timeout_ms, st.admission.idle_timeout_ms));
-    // Registered before the head is read: a push committed in between still wakes it.
+    // Authenticated before it takes a waiter slot (a client with a wrong token holds none, and
+    // hears 401, not 503); an owner already past `after` is answered at once.
+    let (o, th) = (owner.clone(), relay_token_hash(&token));
+    let account = blocking(&st, move |s| s.account(&o, &th, 0)).await?;
+    if account.head_seq > after {
+        let body = WaitResponse { head_seq: account.head_seq, epoch: Some(st.store.epoch()) };
+        return Ok((Owner(owner), axum::Json(body)).into_response());
+    }
+    // Registered before the head is read again: a push committed in between still wakes it.
     let waiter = st.live.subscribe(&owner).map_err(|e| match e {
         WaitRefused::Full => {
             ApiError::Overloaded("this relay holds as many waiting requests as it takes; poll instead".into())
