@@ -162,8 +162,9 @@ async fn a_row_with_several_refused_columns_is_filed_for_the_first_in_canonical_
     assert_eq!(d.engine.get("todos", "repeated").unwrap().unwrap().get("title").unwrap().as_str(), Some("kept"));
 }
 
-#[tokio::test]
-async fn the_status_backstop_re_seeds_a_relay_that_shows_no_events_and_a_head_behind_the_cursor() {
+/// Device A synced ten rows; the relay then lost everything, and device B pushed one row to the
+/// fresh relay and purged it: the relay holds 0 events at head seq 1, behind A's cursor.
+async fn wiped_relay_showing_no_events_and_a_head_behind_a() -> (TestRelay, String, Device, Device) {
     let mut relay = TestRelay::start();
     let secret = phrase();
     let a = Device::new(&secret, &[&relay.url]);
@@ -172,12 +173,17 @@ async fn the_status_backstop_re_seeds_a_relay_that_shows_no_events_and_a_head_be
     }
     a.sync().await;
     relay.wipe_and_restart();
-    // Another device pushes one row to the fresh relay and purges it: 0 events, head seq 1.
     let b = Device::new(&secret, &[&relay.url]);
     b.engine.insert("todos", todo("tmp", "x")).unwrap();
     b.sync().await;
     b.engine.purge_rows("todos", &["tmp".into()]).unwrap();
     b.sync().await;
+    (relay, secret, a, b)
+}
+
+#[tokio::test]
+async fn the_status_backstop_re_seeds_a_relay_that_shows_no_events_and_a_head_behind_the_cursor() {
+    let (relay, secret, a, _b) = wiped_relay_showing_no_events_and_a_head_behind_a().await;
     let s = a.engine.relay_statuses().await.unwrap().remove(0);
     assert_eq!(s.state, RelayState::Reseeding, "{s:?}");
     assert!(s.reseed_reason.as_deref().unwrap().contains("no events"), "{s:?}");
@@ -280,19 +286,8 @@ async fn a_newer_schema_version_waits_whatever_its_other_fields_say_and_a_missin
 
 #[tokio::test]
 async fn the_status_backstop_decides_on_the_cursor_as_it_is_after_a_running_pass() {
-    let mut relay = TestRelay::start();
-    let secret = phrase();
-    let a = Device::new(&secret, &[&relay.url]);
-    for i in 0..10 {
-        a.engine.insert("todos", todo(&format!("r{i}"), "x")).unwrap();
-    }
-    a.sync().await;
-    relay.wipe_and_restart();
-    let b = Device::new(&secret, &[&relay.url]);
-    b.engine.insert("todos", todo("tmp", "x")).unwrap();
-    b.sync().await;
-    b.engine.purge_rows("todos", &["tmp".into()]).unwrap();
-    b.sync().await;
+    // (The relay and B stay up for the test's length.)
+    let (_relay, _secret, a, _b) = wiped_relay_showing_no_events_and_a_head_behind_a().await;
     // A's pass re-seeds the relay while A's status asks it: the status's answer (no events, a
     // head behind the cursor) is stale by the time the backstop may act.
     let (pass, statuses) =
