@@ -61,7 +61,7 @@ SIMPLYSYNC_TEST_BACKEND=postgres3 bounded 1200 cargo test --locked -p simplysync
 stage "relay blob suites with chunks in S3-compatible storage (on SQLite, then PostgreSQL)"
 SIMPLYSYNC_TEST_BLOBS=s3 bounded 1200 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
 SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres bounded 1200 cargo test --locked -p simplysync-relay \
-  --test contract_blobs --test contract_owner --test object_store
+  --test contract_blobs --test contract_owner --test object_store --test object_races
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
 # The browser tests sync through a real relay on a free port (no fixed port shared between

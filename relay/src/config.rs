@@ -16,6 +16,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ),
     ("DATABASE_POOL_SIZE", "16", "PostgreSQL connections per relay process"),
     ("BLOB_STORE_URL", "(unset)", "s3://bucket/prefix — keep blob chunks in S3-compatible storage (AWS_* variables: keys, region, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP)"),
+    ("BLOB_ORPHAN_GRACE_SECS", "3600", "an object in the bucket that no chunk row points at (an upload refused or cut short) is deleted once this old"),
     ("HWM_PATH", "<DB_PATH>.hwm", "the seq high-water mark file (keep it off the database's backups)"),
     ("MAX_DB_BYTES", "(unset)", "hard cap of the database file's size (at least 262144); writes beyond it get 507"),
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
@@ -165,6 +166,8 @@ pub struct Config {
     pub database_pool_size: usize,
     /// `s3://bucket/prefix` for blob chunks, if set.
     pub blob_store_url: Option<String>,
+    /// Age at which an object no chunk row points at is swept, seconds.
+    pub blob_orphan_grace_secs: u64,
     /// The high-water mark file (None: beside the database).
     pub hwm_path: Option<PathBuf>,
     /// A hard cap of the database file's size.
@@ -330,6 +333,7 @@ impl Config {
                     Err(reason) => return Err(ConfigError { name: "BLOB_STORE_URL", value: u, reason }),
                 },
             },
+            blob_orphan_grace_secs: num(&lookup, "BLOB_ORPHAN_GRACE_SECS", 3600u64, 0)?,
             hwm_path: lookup("HWM_PATH").filter(|p| !p.trim().is_empty()).map(PathBuf::from),
             // At least what a new file's tables take (10 pages of 8 KiB) and room to write.
             max_db_bytes: optional_num(&lookup, "MAX_DB_BYTES", 262_144)?,

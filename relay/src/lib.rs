@@ -81,7 +81,10 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayErr
     match &config.blob_store_url {
         Some(url) => {
             let timeout = Duration::from_millis(config.request_timeout_ms);
-            Ok(Arc::new(store::objects::ObjectBlobs::open(database, url, timeout).map_err(failed)?))
+            let grace = Duration::from_secs(config.blob_orphan_grace_secs);
+            Ok(Arc::new(
+                store::objects::ObjectBlobs::open(database, url, timeout).map_err(failed)?.with_orphan_grace(grace),
+            ))
         }
         None => Ok(database),
     }

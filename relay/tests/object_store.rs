@@ -92,3 +92,23 @@ async fn objects_a_close_could_not_delete_are_deleted_by_the_next_scheduled_pass
     assert_eq!(relay.post_json("/ops/compact", Some("ops"), json!({})).await.status, 200);
     assert!(bucket_keys(&bucket, "chunks/").is_empty(), "the pass deleted the closed owner's objects");
 }
+
+#[tokio::test]
+async fn an_object_left_by_a_refused_upload_is_swept_once_past_its_grace_and_held_chunks_stay() {
+    let (relay, bucket) =
+        relay_with_bucket(&[("MAX_OWNER_BYTES", "1000"), ("BLOB_ORPHAN_GRACE_SECS", "0"), ("ADMIN_TOKEN", "ops")]);
+    let alice = Owner::new();
+    let held = vec![1u8; 200];
+    relay.put_blob(&alice, &sha256_base64url(&held), held.clone()).await;
+    let refused = vec![2u8; 1500];
+    relay.put_blob(&alice, &sha256_base64url(&refused), refused).await.assert_error(413, "quota_exceeded");
+    assert_eq!(bucket_keys(&bucket, "chunks/").len(), 2, "the refused upload's object is left in place");
+    assert_eq!(relay.post_json("/ops/compact", Some("ops"), json!({})).await.status, 200);
+    assert_eq!(
+        bucket_keys(&bucket, "chunks/"),
+        vec![format!("chunks/{}/{}", alice.owner_id(), sha256_base64url(&held))]
+    );
+    let got = relay.blob(Method::GET, &alice, &sha256_base64url(&held)).await;
+    assert_eq!(got.status, 200);
+    assert_eq!(got.bytes, held);
+}

@@ -303,6 +303,11 @@ pub struct RelayStats {
     pub wal_bytes: u64,
 }
 
+/// The refusal of an upload whose object the orphan sweep is deleting (retry shortly).
+pub fn object_being_swept() -> StoreError {
+    StoreError::Busy("this chunk's storage is being cleaned up; upload it again in a minute".into())
+}
+
 /// The storage contract.
 pub trait RelayStore: Send + Sync + 'static {
     /// The database's epoch id (random, fixed when the database was created).
@@ -387,8 +392,21 @@ pub trait RelayStore: Send + Sync + 'static {
     /// When the last compaction ran (ISO), if ever; and when the database was created.
     fn compaction_times(&self) -> Result<(Option<String>, String), StoreError>;
 
-    /// The ids of closed owners (their blob objects must be gone).
+    /// The ids of closed owners whose blob objects are not yet known to be gone.
     fn closed_owners(&self) -> Result<Vec<String>, StoreError>;
+
+    /// Records that a closed owner's blob objects are all deleted (the sweep stops listing it).
+    fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError>;
+
+    /// Claims the object-store key of a chunk no blob row points at, so the orphan sweep may
+    /// delete its object: true (a claim recorded, or renewed, at `now`) when no row exists;
+    /// false when one does. The check and the claim are one atomic step against uploads, and
+    /// while the claim stands an upload of that chunk is refused ([`object_being_swept`]), so
+    /// no row can come to point at an object the sweep is deleting.
+    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError>;
+
+    /// Drops the claims recorded before `claimed_before` (ISO); returns how many.
+    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError>;
 
     /// Heads other relay processes commit, as `(owner, head seq)` notices (the PostgreSQL
     /// backend listens for them; a single-process store has none). Call within the runtime.

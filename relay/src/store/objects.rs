@@ -1,30 +1,49 @@
 //! Blob chunks in S3-compatible object storage (`BLOB_STORE_URL=s3://bucket/prefix`), with
 //! their metadata row (owner, hash, size) in the database for presence, quota and close.
 //!
-//! A wrapper around either database backend: an upload goes to the object store **before** its
-//! metadata commits (so a committed row always has its object), keyed
-//! `{prefix}/{ownerId}/{hash}` (content-addressed: uploading the same chunk twice writes the
-//! same bytes). An upload whose metadata is then refused leaves its object in place: another
-//! upload of the same chunk may have committed a row that points at it meanwhile, and deleting
-//! a chunk someone holds would lose data, while an orphan only costs storage. Closing an owner
-//! deletes its objects (its whole key prefix) right after the rows; the maintenance pass
-//! ([`ObjectBlobs::sweep_closed_owners`], at start and every few minutes) deletes the prefixes
-//! of closed owners again until they are gone, so an outage during a close is caught up.
-//! Every object-store call is bounded by the request timeout; its errors are logged with their
+//! A wrapper around either database backend. An upload puts its object, keyed
+//! `{prefix}/{ownerId}/{hash}` (content-addressed: the same chunk always writes the same bytes),
+//! **before** its metadata row commits, and the rule that keeps every row's object in place is
+//! that **no request ever deletes an object**: an upload whose row is refused or whose commit is
+//! uncertain leaves its object behind (another upload of the same chunk may point a row at it).
+//! Only two passes delete, each proven safe by the database:
+//! - the **orphan sweep** ([`ObjectBlobs::sweep_orphans`]) walks the bucket a batch of keys per
+//!   pass and deletes an object older than the grace period (`BLOB_ORPHAN_GRACE_SECS`) only
+//!   after the database claimed its key in the same step that found no row for it
+//!   ([`RelayStore::claim_orphan`]); while the claim stands (twice the request timeout and a
+//!   minute — longer than any upload can take), an upload of that chunk is refused with 503 and
+//!   retried, so no row can come to point at an object being deleted;
+//! - closing an owner deletes its prefix after its rows are gone, and the **closed-owner sweep**
+//!   ([`ObjectBlobs::sweep_closed_owners`]) finishes what a close could not, recording each
+//!   owner once its prefix is empty so it is never listed again; one failure does not stop
+//!   the pass.
+//!
+//! So HEAD 200 ⇒ GET 200 (tests/object_races.rs drives it under delayed puts, failed presence
+//! checks and lost commit acknowledgements). Every object-store call runs under the request's
+//! deadline (or the request timeout, for the sweeps); its errors are logged with their
 //! details, and clients hear only that the object store did not answer.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
 use futures_util::StreamExt as _;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt as _, PutPayload};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt as _, PutPayload};
+use simplysync_protocol::time::iso8601_from_ms;
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
+
+use crate::clock::now_ms;
 
 use super::{
     BlobData, BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent,
     OwnerState, PullPage, PushOutcome, RelayStats, RelayStore, StoreError,
 };
+
+/// Keys the orphan sweep examines in one pass (a few LIST pages).
+pub const ORPHAN_SWEEP_BATCH: usize = 10_000;
 
 /// Where chunks go: the bucket's store and the key prefix.
 pub struct ObjectBlobs {
@@ -32,7 +51,21 @@ pub struct ObjectBlobs {
     objects: Arc<dyn ObjectStore>,
     prefix: String,
     handle: tokio::runtime::Handle,
-    timeout: std::time::Duration,
+    timeout: Duration,
+    /// How old an object without a row must be before the orphan sweep deletes it.
+    orphan_grace: Duration,
+    /// The last key the orphan sweep examined (None: start from the first).
+    sweep_after: Mutex<Option<Path>>,
+    claim_hold: Option<Duration>,
+}
+
+/// What one sweep pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    /// Objects deleted.
+    pub deleted: u64,
+    /// Objects (or closed owners) that could not be handled this pass; the next pass retries.
+    pub failed: u64,
 }
 
 impl std::fmt::Debug for ObjectBlobs {
@@ -80,6 +113,20 @@ impl ObjectBlobs {
         Ok(ObjectBlobs::with_store(inner, Arc::new(s3), &prefix, timeout))
     }
 
+    /// Sets how long an orphan claim holds off uploads (tests, with a short request timeout:
+    /// it must stay longer than any upload can take).
+    pub fn with_claim_hold(mut self, hold: Duration) -> ObjectBlobs {
+        self.claim_hold = Some(hold);
+        self
+    }
+
+    /// Sets how old an object without a metadata row must be before the orphan sweep deletes
+    /// it (default one hour).
+    pub fn with_orphan_grace(mut self, grace: Duration) -> ObjectBlobs {
+        self.orphan_grace = grace;
+        self
+    }
+
     /// Wraps `inner` with any object store; each call to it is bounded by `timeout`.
     pub fn with_store(
         inner: Arc<dyn RelayStore>,
@@ -93,17 +140,44 @@ impl ObjectBlobs {
             prefix: prefix.trim_matches('/').to_owned(),
             handle: tokio::runtime::Handle::current(),
             timeout,
+            orphan_grace: Duration::from_secs(3600),
+            sweep_after: Mutex::new(None),
+            claim_hold: None,
         }
     }
 
-    /// Runs one object-store call on the runtime, within the timeout.
+    /// Runs one object-store call on the runtime, within the request timeout.
     fn call<T>(&self, fut: impl std::future::Future<Output = Result<T, StoreError>>) -> Result<T, StoreError> {
+        self.call_until(None, fut)
+    }
+
+    /// Runs one object-store call on the runtime, within the request timeout and before
+    /// `deadline` (the request's, if any).
+    fn call_until<T>(
+        &self,
+        deadline: Deadline,
+        fut: impl std::future::Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let budget = match deadline {
+            Some(d) => d.saturating_duration_since(Instant::now()).min(self.timeout),
+            None => self.timeout,
+        };
+        if budget.is_zero() {
+            return Err(StoreError::DeadlinePassed);
+        }
         self.handle.block_on(async {
-            tokio::time::timeout(self.timeout, fut).await.unwrap_or_else(|_| {
-                tracing::warn!(timeout_ms = self.timeout.as_millis() as u64, "object store call timed out");
+            tokio::time::timeout(budget, fut).await.unwrap_or_else(|_| {
+                tracing::warn!(timeout_ms = budget.as_millis() as u64, "object store call timed out");
                 Err(StoreError::Busy("the object store did not answer in time; try again".into()))
             })
         })
+    }
+
+    /// How long an orphan claim holds off uploads of its chunk: longer than any upload that
+    /// began before the claim can still take to commit (the request timeout), twice, and a
+    /// minute — unless set by [`ObjectBlobs::with_claim_hold`].
+    fn claim_hold(&self) -> Duration {
+        self.claim_hold.unwrap_or(self.timeout * 2 + Duration::from_secs(60))
     }
 
     fn owner_prefix(&self, owner_id: &str) -> Path {
@@ -135,14 +209,91 @@ impl ObjectBlobs {
         Ok(keys.len() as u64)
     }
 
-    /// Deletes the objects of every closed owner (idempotent; after an outage it finishes what
-    /// a close could not). Lists each closed owner's prefix: one LIST request per closed owner.
-    pub fn sweep_closed_owners(&self) -> Result<u64, StoreError> {
-        let mut deleted = 0;
+    /// Deletes the objects of every closed owner not yet swept, and records each one whose
+    /// prefix is then empty (it is never listed again). A failure for one owner is logged and
+    /// counted; the pass goes on with the others.
+    pub fn sweep_closed_owners(&self) -> Result<SweepReport, StoreError> {
+        let mut report = SweepReport::default();
         for owner in self.inner.closed_owners()? {
-            deleted += self.call(self.delete_owner_objects(&owner))?;
+            match self.call(self.delete_owner_objects(&owner)) {
+                Ok(n) => {
+                    report.deleted += n;
+                    self.inner.mark_objects_swept(&owner, &iso8601_from_ms(now_ms()))?;
+                }
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(error = %e, "a closed owner's blob objects are not deleted yet; the next pass retries");
+                }
+            }
         }
-        Ok(deleted)
+        Ok(report)
+    }
+
+    /// The owner id and hash of an object key this relay wrote (`{prefix}/{owner}/{hash}`),
+    /// or None for a key of any other shape (left alone).
+    fn parse_key(&self, key: &Path) -> Option<(String, String)> {
+        let key = key.as_ref();
+        let rest = if self.prefix.is_empty() { key } else { key.strip_prefix(&self.prefix)?.strip_prefix('/')? };
+        let (owner, hash) = rest.split_once('/')?;
+        let b64 = |s: &str, len: usize| {
+            s.len() == len && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        };
+        (b64(owner, 22) && b64(hash, 43)).then(|| (owner.to_owned(), hash.to_owned()))
+    }
+
+    /// Examines the next [`ORPHAN_SWEEP_BATCH`] keys of the bucket (wrapping around at its
+    /// end) and deletes each object that is older than the grace period and that no metadata
+    /// row points at, once the database has claimed its key. Also drops claims old enough
+    /// that no upload they held off can still be running.
+    pub fn sweep_orphans(&self) -> Result<SweepReport, StoreError> {
+        let now = now_ms();
+        let hold_ms = self.claim_hold().as_millis() as u64;
+        self.inner.release_orphan_claims(&iso8601_from_ms(now.saturating_sub(hold_ms)))?;
+        let after = self.sweep_after.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let root = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
+        let batch: Vec<ObjectMeta> = self.call(async {
+            let mut listing = match &after {
+                Some(after) => self.objects.list_with_offset(root.as_ref(), after),
+                None => self.objects.list(root.as_ref()),
+            };
+            let mut batch = Vec::new();
+            while batch.len() < ORPHAN_SWEEP_BATCH {
+                match listing.next().await {
+                    Some(meta) => batch.push(meta.map_err(object_error)?),
+                    None => break,
+                }
+            }
+            Ok(batch)
+        })?;
+        // S3 lists in key order; the largest key is the cursor either way.
+        let next =
+            if batch.len() < ORPHAN_SWEEP_BATCH { None } else { batch.iter().map(|m| &m.location).max().cloned() };
+        *self.sweep_after.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        let old_enough = now.saturating_sub(self.orphan_grace.as_millis() as u64) as i64;
+        let mut report = SweepReport::default();
+        for meta in batch {
+            if meta.last_modified.timestamp_millis() > old_enough {
+                continue;
+            }
+            let Some((owner, hash)) = self.parse_key(&meta.location) else { continue };
+            match self.inner.claim_orphan(&owner, &hash, &iso8601_from_ms(now_ms())) {
+                Ok(false) => {}
+                Ok(true) => match self.call(async {
+                    match self.objects.delete(&meta.location).await {
+                        Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                        Err(e) => Err(object_error(e)),
+                    }
+                }) {
+                    Ok(()) => report.deleted += 1,
+                    Err(_) => report.failed += 1,
+                },
+                Err(e) => {
+                    report.failed += 1;
+                    tracing::warn!(error = %e, "could not claim an unreferenced blob object; the next pass retries");
+                }
+            }
+        }
+        Ok(report)
     }
 }
 
@@ -196,8 +347,15 @@ impl RelayStore for ObjectBlobs {
         deadline: Deadline,
     ) -> Result<CloseResponse, StoreError> {
         let closed = self.inner.close_owner(owner_id, token_hash, now, deadline)?;
-        if let Err(e) = self.call(self.delete_owner_objects(owner_id)) {
-            tracing::warn!(error = %e, "a closed owner's blob objects are not deleted yet; the scheduled pass retries");
+        match self.call_until(deadline, self.delete_owner_objects(owner_id)) {
+            Ok(_) => {
+                if let Err(e) = self.inner.mark_objects_swept(owner_id, now) {
+                    tracing::warn!(error = %e, "could not record a closed owner's objects as deleted; the pass checks again");
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "a closed owner's blob objects are not deleted yet; the scheduled pass retries")
+            }
         }
         Ok(closed)
     }
@@ -224,14 +382,11 @@ impl RelayStore for ObjectBlobs {
             return self.inner.put_blob(owner_id, token_hash, hash, external, now, register, deadline);
         }
         let key = self.key(owner_id, hash);
-        self.handle.block_on(self.objects.put(&key, PutPayload::from(bytes.to_vec()))).map_err(object_error)?;
-        let stored = self.inner.put_blob(owner_id, token_hash, hash, external, now, register, deadline);
-        if stored.is_err() && !matches!(self.inner.blob_presence(owner_id, token_hash, hash), Ok(BlobPresence::Present))
-        {
-            // Refused (quota, registration, deadline): no row points at the object.
-            let _ = self.handle.block_on(self.objects.delete(&key));
-        }
-        stored
+        let payload = PutPayload::from(bytes.to_vec());
+        self.call_until(deadline, async { self.objects.put(&key, payload).await.map(|_| ()).map_err(object_error) })?;
+        // Whatever the outcome, the object stays: a refused or uncertain commit leaves an orphan
+        // for the sweep, never a row without its object (see the module's comment).
+        self.inner.put_blob(owner_id, token_hash, hash, external, now, register, deadline)
     }
 
     fn get_blob(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<Option<Vec<u8>>, StoreError> {
@@ -265,17 +420,28 @@ impl RelayStore for ObjectBlobs {
     }
 
     fn maintain(&self) -> Result<u64, StoreError> {
-        match self.sweep_closed_owners() {
-            Ok(n) => {
-                if n > 0 {
-                    tracing::info!(objects = n, "deleted blob objects of closed owners");
+        let mut removed = 0;
+        let mut first_error = None;
+        for (what, pass) in [
+            ("closed owners' blob objects", Self::sweep_closed_owners as fn(&Self) -> Result<SweepReport, StoreError>),
+            ("unreferenced blob objects", Self::sweep_orphans),
+        ] {
+            match pass(self) {
+                Ok(report) => {
+                    if report.deleted > 0 || report.failed > 0 {
+                        tracing::info!(deleted = report.deleted, failed = report.failed, "swept {what}");
+                    }
+                    removed += report.deleted;
                 }
-                Ok(n)
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not sweep {what}; the next pass retries");
+                    first_error.get_or_insert(e);
+                }
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "closed owners' blob objects not deleted yet; the next pass retries");
-                Err(e)
-            }
+        }
+        match first_error {
+            Some(e) if removed == 0 => Err(e),
+            _ => Ok(removed),
         }
     }
 
@@ -285,6 +451,18 @@ impl RelayStore for ObjectBlobs {
 
     fn closed_owners(&self) -> Result<Vec<String>, StoreError> {
         self.inner.closed_owners()
+    }
+
+    fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError> {
+        self.inner.mark_objects_swept(owner_id, now)
+    }
+
+    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
+        self.inner.claim_orphan(owner_id, hash, now)
+    }
+
+    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
+        self.inner.release_orphan_claims(claimed_before)
     }
 
     fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {

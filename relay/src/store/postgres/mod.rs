@@ -183,6 +183,13 @@ async fn existing_owner(
     Ok(owner)
 }
 
+/// A transaction-scoped lock on one chunk's object key, shared by uploads and the orphan sweep.
+async fn lock_object_key(tx: &Transaction<'_>, owner_id: &str, hash: &str) -> Result<(), StoreError> {
+    let key = format!("{owner_id}/{hash}");
+    tx.execute("SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", &[&key]).await.map_err(pg_error)?;
+    Ok(())
+}
+
 fn passed(deadline: Deadline) -> Result<(), StoreError> {
     match deadline {
         Some(d) if Instant::now() >= d => Err(StoreError::DeadlinePassed),
@@ -601,6 +608,27 @@ impl RelayStore for PgStore {
                 tx.commit().await.map_err(pg_error)?;
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
+            if matches!(data, BlobData::External { .. }) {
+                // Takes turns with the orphan sweep's claim of this key (see claim_orphan).
+                lock_object_key(&tx, owner_id, hash).await?;
+                let claimed = tx
+                    .query_opt("SELECT 1 FROM object_claims WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                    .await
+                    .map_err(pg_error)?
+                    .is_some();
+                let raced = tx
+                    .query_opt("SELECT 1 FROM blobs WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                    .await
+                    .map_err(pg_error)?
+                    .is_some();
+                if raced {
+                    tx.commit().await.map_err(pg_error)?;
+                    return Ok(BlobPutOutcome { duplicate: true, registered });
+                }
+                if claimed {
+                    return Err(super::object_being_swept());
+                }
+            }
             let (size, bytes) = (data.size() as i64, data.stored());
             let total = self.total_bytes(&tx).await?;
             self.check_quota(owner_bytes, total, size)?;
@@ -668,9 +696,65 @@ impl RelayStore for PgStore {
     fn closed_owners(&self) -> Result<Vec<String>, StoreError> {
         self.run(async {
             let client = self.client().await?;
-            let rows =
-                client.query("SELECT owner_id FROM owners WHERE closed_at IS NOT NULL", &[]).await.map_err(pg_error)?;
+            let rows = client
+                .query(
+                    "SELECT owner_id FROM owners WHERE closed_at IS NOT NULL
+                     AND NOT EXISTS (SELECT 1 FROM swept_owners s WHERE s.owner_id = owners.owner_id)",
+                    &[],
+                )
+                .await
+                .map_err(pg_error)?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            client
+                .execute(
+                    "INSERT INTO swept_owners (owner_id, swept_at) VALUES ($1, $2) ON CONFLICT (owner_id) DO NOTHING",
+                    &[&owner_id, &now],
+                )
+                .await
+                .map_err(pg_error)?;
+            Ok(())
+        })
+    }
+
+    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
+        self.run(async {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(pg_error)?;
+            // The same lock an upload of this key takes before it checks the claims and writes
+            // its row: the two take turns, so neither can miss the other's write.
+            lock_object_key(&tx, owner_id, hash).await?;
+            let held = tx
+                .query_opt("SELECT 1 FROM blobs WHERE owner_id = $1 AND hash = $2", &[&owner_id, &hash])
+                .await
+                .map_err(pg_error)?
+                .is_some();
+            if !held {
+                tx.execute(
+                    "INSERT INTO object_claims (owner_id, hash, claimed_at) VALUES ($1, $2, $3)
+                     ON CONFLICT (owner_id, hash) DO UPDATE SET claimed_at = EXCLUDED.claimed_at",
+                    &[&owner_id, &hash, &now],
+                )
+                .await
+                .map_err(pg_error)?;
+            }
+            tx.commit().await.map_err(pg_error)?;
+            Ok(!held)
+        })
+    }
+
+    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            client
+                .execute("DELETE FROM object_claims WHERE claimed_at < $1", &[&claimed_before])
+                .await
+                .map_err(pg_error)
         })
     }
 

@@ -13,9 +13,10 @@ pub(super) const LOCK_COMPACT: i64 = 0x5353_5f43_4d50;
 pub(super) const LOCK_REGISTER: i64 = 0x5353_5f52_4547;
 
 /// `(version, SQL)`, applied in order, each once.
-const MIGRATIONS: &[(i32, &str)] = &[(
-    1,
-    "CREATE TABLE relay_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+const MIGRATIONS: &[(i32, &str)] = &[
+    (
+        1,
+        "CREATE TABLE relay_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
      CREATE SEQUENCE event_seq AS BIGINT MINVALUE 1;
      CREATE TABLE owners (
          owner_id     TEXT PRIMARY KEY,
@@ -47,7 +48,19 @@ const MIGRATIONS: &[(i32, &str)] = &[(
          created_at TEXT NOT NULL,
          PRIMARY KEY (owner_id, hash)
      );",
-)];
+    ),
+    (
+        2,
+        // The orphan sweep's claims and the closed owners whose objects are gone (objects.rs).
+        "CREATE TABLE object_claims (
+             owner_id   TEXT NOT NULL,
+             hash       TEXT NOT NULL,
+             claimed_at TEXT NOT NULL,
+             PRIMARY KEY (owner_id, hash)
+         );
+         CREATE TABLE swept_owners (owner_id TEXT PRIMARY KEY, swept_at TEXT NOT NULL);",
+    ),
+];
 
 /// Brings the database to the newest schema and returns its epoch (created with the
 /// database's first migration, kept for its life).

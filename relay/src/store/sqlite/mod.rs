@@ -302,6 +302,12 @@ impl SqliteStore {
     }
 }
 
+/// Whether the orphan sweep holds a claim on this chunk's object key.
+fn orphan_claimed(tx: &rusqlite::Transaction<'_>, owner_id: &str, hash: &str) -> Result<bool, StoreError> {
+    let mut stmt = tx.prepare_cached("SELECT 1 FROM object_claims WHERE owner_id = ?1 AND hash = ?2")?;
+    Ok(stmt.exists(params![owner_id, hash])?)
+}
+
 impl RelayStore for SqliteStore {
     fn epoch(&self) -> String {
         self.epoch.clone()
@@ -469,6 +475,9 @@ impl RelayStore for SqliteStore {
             if exists {
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
+            if matches!(data, BlobData::External { .. }) && orphan_claimed(tx, owner_id, hash)? {
+                return Err(super::object_being_swept());
+            }
             let (size, bytes) = (data.size(), data.stored());
             check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, size)?;
             tx.prepare_cached(
@@ -525,9 +534,46 @@ impl RelayStore for SqliteStore {
 
     fn closed_owners(&self) -> Result<Vec<String>, StoreError> {
         self.read(|conn| {
-            let mut stmt = conn.prepare_cached("SELECT owner_id FROM owners WHERE closed_at IS NOT NULL")?;
+            let mut stmt = conn.prepare_cached(
+                "SELECT owner_id FROM owners WHERE closed_at IS NOT NULL
+                 AND NOT EXISTS (SELECT 1 FROM swept_owners s WHERE s.owner_id = owners.owner_id)",
+            )?;
             let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
             Ok(ids)
+        })
+    }
+
+    fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError> {
+        self.write(None, |tx| {
+            tx.prepare_cached("INSERT OR IGNORE INTO swept_owners (owner_id, swept_at) VALUES (?1, ?2)")?
+                .execute(params![owner_id, now])?;
+            Ok(())
+        })
+    }
+
+    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
+        // One write transaction: the check and the claim cannot interleave with an upload's row.
+        self.write(None, |tx| {
+            let held = tx
+                .prepare_cached("SELECT 1 FROM blobs WHERE owner_id = ?1 AND hash = ?2")?
+                .exists(params![owner_id, hash])?;
+            if held {
+                return Ok(false);
+            }
+            // A renewed claim counts from now: the hold outlasts this sweep's delete.
+            tx.prepare_cached(
+                "INSERT INTO object_claims (owner_id, hash, claimed_at) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (owner_id, hash) DO UPDATE SET claimed_at = excluded.claimed_at",
+            )?
+            .execute(params![owner_id, hash, now])?;
+            Ok(true)
+        })
+    }
+
+    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
+        self.write(None, |tx| {
+            Ok(tx.prepare_cached("DELETE FROM object_claims WHERE claimed_at < ?1")?.execute(params![claimed_before])?
+                as u64)
         })
     }
 

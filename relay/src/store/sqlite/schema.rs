@@ -46,6 +46,16 @@ CREATE TABLE IF NOT EXISTS blobs (
     created_at TEXT NOT NULL,
     UNIQUE (owner_id, hash)
 );
+-- Object-store keys the orphan sweep is deleting (objects.rs): while a key is claimed, an
+-- upload of that chunk is refused, so no row can come to point at an object being deleted.
+CREATE TABLE IF NOT EXISTS object_claims (
+    owner_id   TEXT NOT NULL,
+    hash       TEXT NOT NULL,
+    claimed_at TEXT NOT NULL,
+    PRIMARY KEY (owner_id, hash)
+) WITHOUT ROWID;
+-- Closed owners whose blob objects are known to be gone (the sweep stops listing them).
+CREATE TABLE IF NOT EXISTS swept_owners (owner_id TEXT PRIMARY KEY, swept_at TEXT NOT NULL) WITHOUT ROWID;
 "
 );
 
