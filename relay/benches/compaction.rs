@@ -1,7 +1,11 @@
 //! Log compaction time for 1,000,000 stored events (`cargo bench -p simplysync-relay --bench
 //! compaction [-- EVENTS]`): 10 owners × 10,000 streams × 10 versions each, ~1 KiB envelopes,
 //! written through the store, then one compaction pass that keeps the newest version per
-//! stream (removing 90%). Repeated on fresh databases; prints median and spread.
+//! stream (removing 90%). Repeated on fresh databases; prints median and spread, and the
+//! longest write transaction of the pass (how long it held the writer).
+//!
+//! `-- one-stream [VERSIONS]`: one owner, one stream, 20,000 versions by default (a row
+//! autosaved every second between two passes).
 
 use std::time::Instant;
 
@@ -9,14 +13,20 @@ use simplysync_relay::store::sqlite::{Quotas, SqliteStore, StoreOptions};
 use simplysync_relay::store::{MayRegister, NewEvent, RelayStore};
 
 fn main() {
-    let total: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let one_stream = std::env::args().any(|a| a == "one-stream");
+    let number: Option<usize> = std::env::args().skip(1).find_map(|a| a.parse().ok());
     let runs = 3;
-    let owners = 10;
-    let versions = 10;
-    let streams_per_owner = total / owners / versions;
+    let (total, owners, versions, streams_per_owner) = if one_stream {
+        let versions = number.unwrap_or(20_000);
+        (versions, 1, versions, 1)
+    } else {
+        let total = number.unwrap_or(1_000_000);
+        (total, 10, 10, total / 10 / 10)
+    };
     let pad = "x".repeat(900);
     let mut fill_s = Vec::new();
     let mut compact_s = Vec::new();
+    let mut longest_ms = Vec::new();
     for run in 0..runs {
         let dir = std::env::temp_dir().join(format!("simplysync-compaction-{}-{run}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -53,6 +63,7 @@ fn main() {
         let t0 = Instant::now();
         let report = store.compact_all("2026-01-01T00:00:01.000Z", &std::sync::atomic::AtomicBool::new(false)).unwrap();
         compact_s.push(t0.elapsed().as_secs_f64());
+        longest_ms.push(report.longest_batch_ms as f64);
         assert_eq!(report.deleted_events as usize, owners * streams_per_owner * (versions - 1));
         drop(store);
         let _ = std::fs::remove_dir_all(&dir);
@@ -67,5 +78,11 @@ fn main() {
     };
     let (c, cmin, cmax) = med(&mut compact_s);
     let (f, fmin, fmax) = med(&mut fill_s);
-    println!("| {total} events (10 owners × {streams_per_owner} streams × {versions} versions) | compaction {c:.1} s [{cmin:.1}–{cmax:.1}] | fill {f:.1} s [{fmin:.1}–{fmax:.1}] |");
+    let (l, lmin, lmax) = med(&mut longest_ms);
+    println!(
+        "| {total} events ({owners} owners × {streams_per_owner} streams × {versions} versions) | compaction {:.0} ms [{:.0}–{:.0}] | longest write {l:.0} ms [{lmin:.0}–{lmax:.0}] | fill {f:.1} s [{fmin:.1}–{fmax:.1}] |",
+        c * 1000.0,
+        cmin * 1000.0,
+        cmax * 1000.0
+    );
 }

@@ -261,6 +261,8 @@ pub struct CompactionReport {
     pub reclaimed_bytes: u64,
     /// Wall time taken, ms.
     pub duration_ms: u64,
+    /// The longest single write transaction of the pass, ms (how long it held the writer).
+    pub longest_batch_ms: u64,
     /// False when it stopped early (shutdown); the next pass goes on.
     pub complete: bool,
 }

@@ -420,16 +420,18 @@ impl RelayStore for SqliteStore {
         now: &str,
         deadline: Deadline,
     ) -> Result<CloseResponse, StoreError> {
-        self.write(deadline, |tx| {
+        // Marked closed (nothing of it readable from here on) and its counters settled in one
+        // transaction; its log is then deleted in batches, so a large log never holds the writer
+        // for long (a crash midway leaves the rest to the next compaction pass).
+        let (closed, owner_key) = self.write(deadline, |tx| {
             let owner = owner_row(tx, owner_id)?.ok_or(StoreError::UnknownOwner)?;
             match owners::authorize(&owner, token_hash) {
                 Err(StoreError::Closed) => {
-                    return Ok(CloseResponse { closed: true, deleted_events: 0, deleted_blobs: 0 });
+                    return Ok((CloseResponse { closed: true, deleted_events: 0, deleted_blobs: 0 }, None));
                 }
                 other => other?,
             }
-            let deleted_events = tx.execute("DELETE FROM events WHERE owner_key = ?1", [owner.key])? as u64;
-            tx.execute("DELETE FROM event_streams WHERE owner_key = ?1", [owner.key])?;
+            let deleted_events = owner.event_count;
             let deleted_blobs = tx.execute("DELETE FROM blobs WHERE owner_id = ?1", [owner_id])? as u64;
             let d = Delta {
                 bytes: -(owner.stored_bytes as i64),
@@ -440,8 +442,15 @@ impl RelayStore for SqliteStore {
             bump(tx, "blobs", -(deleted_blobs as i64))?;
             bump(tx, "closed_owners", 1)?;
             tx.execute("UPDATE owners SET closed_at = ?2 WHERE owner_id = ?1", params![owner_id, now])?;
-            Ok(CloseResponse { closed: true, deleted_events, deleted_blobs })
-        })
+            Ok((CloseResponse { closed: true, deleted_events, deleted_blobs }, Some(owner.key)))
+        })?;
+        if let Some(key) = owner_key {
+            let mut report = CompactionReport::default();
+            if let Err(e) = compact::purge_owner_log(self, key, &AtomicBool::new(false), &mut report) {
+                tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on");
+            }
+        }
+        Ok(closed)
     }
 
     fn blob_presence(&self, owner_id: &str, token_hash: &str, hash: &str) -> Result<BlobPresence, StoreError> {
