@@ -14,6 +14,11 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
         "(unset)",
         "postgres://user:password@host:port/db — use PostgreSQL instead of SQLite (many processes may share it)",
     ),
+    (
+        "DATABASE_PASSWORD_FILE",
+        "(unset)",
+        "a file holding the PostgreSQL password (any characters, no escaping; trailing line breaks ignored); DATABASE_URL then carries none",
+    ),
     ("DATABASE_POOL_SIZE", "16", "PostgreSQL connections per relay process"),
     ("BLOB_STORE_URL", "(unset)", "s3://bucket/prefix — keep blob chunks in S3-compatible storage (AWS_* variables: keys, region, AWS_ENDPOINT_URL, AWS_ALLOW_HTTP)"),
     ("BLOB_ORPHAN_GRACE_SECS", "3600", "an object in the bucket that no chunk row points at (an upload refused or cut short) is deleted once this old"),
@@ -196,14 +201,47 @@ pub struct Config {
     pub log_format: LogFormat,
 }
 
-/// A PostgreSQL URL; its `Debug` hides the password.
+/// A PostgreSQL URL, and the password read from `DATABASE_PASSWORD_FILE` if set; its `Debug`
+/// hides both.
 #[derive(Clone, PartialEq, Eq)]
-pub struct DatabaseUrl(pub String);
+pub struct DatabaseUrl(pub String, pub Option<String>);
 
 impl std::fmt::Debug for DatabaseUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::store::postgres::redact(&self.0))
+        let file = if self.1.is_some() { " (password from DATABASE_PASSWORD_FILE)" } else { "" };
+        write!(f, "{}{file}", crate::store::postgres::redact(&self.0))
     }
+}
+
+/// Whether a PostgreSQL URL carries a password (in its user info or a `password=` parameter).
+fn url_has_password(url: &str) -> bool {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split(['/', '?']).next().unwrap_or("");
+    let in_userinfo = authority.rsplit_once('@').is_some_and(|(userinfo, _)| userinfo.contains(':'));
+    let in_query = url.split_once('?').is_some_and(|(_, q)| q.split('&').any(|kv| kv.starts_with("password=")));
+    in_userinfo || in_query
+}
+
+/// The password in the file `DATABASE_PASSWORD_FILE` names (trailing line breaks dropped), for
+/// passwords with characters a URL would need escaped. Never echoed into errors.
+fn database_password(
+    lookup: &impl Fn(&str) -> Option<String>,
+    url: Option<&str>,
+) -> Result<Option<String>, ConfigError> {
+    const NAME: &str = "DATABASE_PASSWORD_FILE";
+    let Some(path) = lookup(NAME).filter(|p| !p.trim().is_empty()) else { return Ok(None) };
+    let fail = |reason: String| ConfigError { name: NAME, value: path.clone(), reason };
+    let Some(url) = url else { return Err(fail("set DATABASE_URL too (the password is PostgreSQL's)".into())) };
+    if url_has_password(url) {
+        return Err(fail("DATABASE_URL carries a password too: set the password in one place".into()));
+    }
+    let text = std::fs::read(&path).map_err(|e| fail(format!("cannot read the file: {e}")))?;
+    let text = String::from_utf8(text).map_err(|_| fail("the file is not UTF-8 text".into()))?;
+    let password = text.trim_end_matches(['\r', '\n']);
+    if password.is_empty() {
+        return Err(fail("the file is empty".into()));
+    }
+    Ok(Some(password.to_owned()))
 }
 
 /// A setting that does not parse.
@@ -315,8 +353,14 @@ impl Config {
             port: num(&lookup, "PORT", 8787u16, 0)?,
             db_path: PathBuf::from(lookup("DB_PATH").unwrap_or_else(|| "./data/relay.sqlite".into())),
             database_url: match lookup("DATABASE_URL").filter(|u| !u.trim().is_empty()) {
-                None => None,
-                Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => Some(DatabaseUrl(u)),
+                None => {
+                    database_password(&lookup, None)?;
+                    None
+                }
+                Some(u) if u.starts_with("postgres://") || u.starts_with("postgresql://") => {
+                    let password = database_password(&lookup, Some(&u))?;
+                    Some(DatabaseUrl(u, password))
+                }
                 Some(u) => {
                     return Err(ConfigError {
                         name: "DATABASE_URL",
@@ -411,6 +455,42 @@ mod tests {
         assert_eq!(c.admission, Admission::default());
         assert!(c.registration_open && c.max_owners.is_none() && c.max_db_bytes.is_none());
         assert_eq!(c.limits.max_request_bytes, 8 * 1024 * 1024);
+    }
+
+    #[test]
+    fn the_database_password_comes_from_its_file_with_any_characters_and_never_twice() {
+        let dir = std::env::temp_dir().join(format!("simplysync-pwfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("pw");
+        std::fs::write(&file, "p@ss:w/o#r%d'\"$\r\n").unwrap();
+        let path = file.display().to_string();
+        let with = |url: &'static str, path: String| {
+            Config::from_lookup(move |k| match k {
+                "DATABASE_URL" => (!url.is_empty()).then(|| url.to_owned()),
+                "DATABASE_PASSWORD_FILE" => Some(path.clone()),
+                _ => None,
+            })
+        };
+        let c = with("postgres://relay@db:5432/simplysync", path.clone()).unwrap();
+        let url = c.database_url.clone().unwrap();
+        assert_eq!(url.1.as_deref(), Some("p@ss:w/o#r%d'\"$"), "line breaks dropped, the rest kept");
+        assert!(!format!("{c:?}").contains("p@ss"), "Debug never shows it");
+        let pg = crate::store::postgres::pg_config(&url.0, url.1.as_deref()).unwrap();
+        assert_eq!(pg.get_password(), Some("p@ss:w/o#r%d'\"$".as_bytes()));
+        for (url, says) in [
+            ("postgres://relay:other@db/simplysync", "in one place"),
+            ("postgres://relay@db/simplysync?password=other", "in one place"),
+            ("", "set DATABASE_URL"),
+        ] {
+            let err = with(url, path.clone()).unwrap_err();
+            assert_eq!(err.name, "DATABASE_PASSWORD_FILE");
+            assert!(err.to_string().contains(says) && !err.to_string().contains("p@ss"), "{err}");
+        }
+        std::fs::write(&file, "\n").unwrap();
+        assert!(with("postgres://relay@db/s", path.clone()).unwrap_err().to_string().contains("empty"));
+        let missing = dir.join("missing").display().to_string();
+        assert!(with("postgres://relay@db/s", missing).unwrap_err().to_string().contains("cannot read"));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

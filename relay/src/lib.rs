@@ -91,10 +91,11 @@ pub async fn open_store(config: &Config) -> Result<Arc<dyn RelayStore>, RelayErr
 }
 
 /// Opens the PostgreSQL store at `DATABASE_URL` (running its migrations).
-pub async fn open_postgres(config: &Config, url: &str) -> Result<store::postgres::PgStore, RelayError> {
+pub async fn open_postgres(config: &Config, url: &config::DatabaseUrl) -> Result<store::postgres::PgStore, RelayError> {
     let failed = |source| RelayError::Store { path: store_location(config), source };
     let options = store::postgres::PgOptions {
-        url: url.to_owned(),
+        url: url.0.clone(),
+        password: url.1.clone(),
         quotas: store_options(config).quotas,
         registration: store_options(config).registration,
         request_timeout_ms: config.request_timeout_ms,
@@ -107,7 +108,7 @@ pub async fn open_postgres(config: &Config, url: &str) -> Result<store::postgres
 async fn open_database(config: &Config) -> Result<Arc<dyn RelayStore>, RelayError> {
     let failed = |source| RelayError::Store { path: store_location(config), source };
     match &config.database_url {
-        Some(url) => Ok(Arc::new(open_postgres(config, &url.0).await?)),
+        Some(url) => Ok(Arc::new(open_postgres(config, url).await?)),
         None => {
             let config = config.clone();
             let opened = tokio::task::spawn_blocking(move || {

@@ -127,7 +127,7 @@ fn main() -> ExitCode {
                         "import-sqlite copies into PostgreSQL: set DATABASE_URL",
                     )));
                 };
-                let pg = simplysync_relay::open_postgres(&config, &url.0).await?;
+                let pg = simplysync_relay::open_postgres(&config, url).await?;
                 let report = pg.import_sqlite(&from).await.map_err(|source| simplysync_relay::RelayError::Store {
                     path: simplysync_relay::store_location(&config),
                     source,
@@ -151,7 +151,9 @@ fn main() -> ExitCode {
                 let (old, new) = match &config.database_url {
                     Some(url) => {
                         let fresh = simplysync_relay::store::new_epoch().map_err(failed)?;
-                        simplysync_relay::store::postgres::rotate_epoch(&url.0, &fresh).await.map_err(failed)?
+                        simplysync_relay::store::postgres::rotate_epoch(&url.0, url.1.as_deref(), &fresh)
+                            .await
+                            .map_err(failed)?
                     }
                     None => simplysync_relay::store::sqlite::rotate_epoch(&config.db_path, config.hwm_path.as_deref())
                         .map_err(failed)?,

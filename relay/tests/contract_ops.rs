@@ -182,3 +182,10 @@ fn help_lists_every_environment_variable() {
         assert!(text.contains(name), "--help misses {name}");
     }
 }
+
+#[tokio::test]
+async fn ready_says_the_storage_answers_without_authentication() {
+    let relay = Relay::start(&[]);
+    let r = relay.get("/ready", None).await;
+    assert_eq!((r.status.as_u16(), r.json()), (200, json!({"ready": true})));
+}

@@ -233,6 +233,9 @@ impl RelayStore for FlakyDatabase {
     fn release_orphan_claims(&self, before: &str) -> Result<u64, StoreError> {
         self.inner.release_orphan_claims(before)
     }
+    fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready()
+    }
     fn stats(&self) -> Result<RelayStats, StoreError> {
         self.inner.stats()
     }
@@ -268,6 +271,7 @@ fn setup(tag: &str, grace: Duration, hold: Duration) -> Setup {
         _ => {
             let options = PgOptions {
                 url: common::fresh_pg_database(),
+                password: None,
                 quotas,
                 registration: Registration::default(),
                 request_timeout_ms: 5000,

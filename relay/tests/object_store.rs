@@ -112,3 +112,18 @@ async fn an_object_left_by_a_refused_upload_is_swept_once_past_its_grace_and_hel
     assert_eq!(got.status, 200);
     assert_eq!(got.bytes, held);
 }
+
+#[tokio::test]
+async fn ready_names_the_object_store_when_it_does_not_answer() {
+    let (mut relay, _bucket) = relay_with_bucket(&[]);
+    let r = relay.get("/ready", None).await;
+    assert_eq!((r.status.as_u16(), r.json()), (200, json!({"ready": true})));
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    relay.set_env("AWS_ENDPOINT_URL", &format!("http://{dead}"));
+    relay.restart();
+    let r = relay.get("/ready", None).await;
+    assert_eq!(
+        (r.status.as_u16(), r.json()),
+        (503, json!({"ready": false, "reason": "the object store did not answer"}))
+    );
+}

@@ -63,7 +63,11 @@ async fn relays_started_together_on_a_new_database_migrate_it_once_and_share_one
         seen.push(e.await.json()["epoch"].clone());
     }
     assert!(seen.iter().all(|e| *e == seen[0]), "{seen:?}");
-    assert_eq!(psql(&url, "SELECT string_agg(version::text, ',') FROM schema_migrations"), "1");
+    assert_eq!(
+        psql(&url, "SELECT string_agg(version::text, ',') FROM schema_migrations"),
+        "1,2",
+        "each migration once"
+    );
     let alice = Owner::new();
     a.push(&alice, &[alice.event("x", 1)]).await;
     assert_eq!(c.pull_all(&alice).await.0.len(), 1, "one database behind every process");
@@ -269,4 +273,19 @@ async fn a_database_migrated_by_a_newer_relay_is_refused_with_its_version_named(
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("schema version 99") && err.contains("newer relay"), "{err}");
+}
+
+#[tokio::test]
+async fn ready_answers_503_naming_the_database_once_postgresql_stops_answering_and_200_before() {
+    let url = common::fresh_pg_database();
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str())]);
+    let r = relay.get("/ready", None).await;
+    assert_eq!((r.status.as_u16(), r.json()), (200, json!({"ready": true})));
+    // The database goes away under the running relay (its connections are terminated).
+    let admin = std::env::var("SIMPLYSYNC_TEST_PG").unwrap();
+    let name = url.rsplit('/').next().unwrap();
+    psql(&admin, &format!("DROP DATABASE {name} WITH (FORCE)"));
+    let r = relay.get("/ready", None).await;
+    assert_eq!((r.status.as_u16(), r.json()), (503, json!({"ready": false, "reason": "the database did not answer"})));
+    assert_eq!(relay.get("/health", None).await.status, 200, "liveness is another question");
 }

@@ -185,6 +185,7 @@ pub fn metrics_app(state: AppState) -> Router {
 fn api_routes() -> Router<AppState> {
     Router::new()
         .route("/health", get(status::health))
+        .route("/ready", get(status::ready))
         .route("/v1/events", post(events::push).get(events::pull))
         .route("/v1/events/wait", get(wait::wait))
         .route("/v1/streams/compact", post(streams::compact))

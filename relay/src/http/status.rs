@@ -1,4 +1,4 @@
-//! `GET /v1/status`, `GET /v1/usage` and `GET /health`.
+//! `GET /v1/status`, `GET /v1/usage`, `GET /health` and `GET /ready`.
 
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
@@ -58,4 +58,26 @@ pub async fn health(State(st): State<AppState>) -> axum::Json<HealthResponse> {
         epoch: info.epoch,
         wait: st.live.enabled().then(|| "/v1/events/wait".into()),
     })
+}
+
+/// `GET /ready`: whether this process can serve — its database answers, and its object store
+/// if chunks live in one (a load balancer's readiness probe; `/health` is liveness only). 200
+/// `{"ready":true}`, or 503 `{"ready":false,"reason":…}` naming the part that did not answer
+/// (details go to the log). No auth.
+pub async fn ready(State(st): State<AppState>) -> Response {
+    let store = st.store.clone();
+    let answer = tokio::task::spawn_blocking(move || store.ready()).await;
+    match answer {
+        Ok(Ok(())) => axum::Json(serde_json::json!({ "ready": true })).into_response(),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "not ready: the storage did not answer");
+            let part = if e.to_string().contains("object store") { "the object store" } else { "the database" };
+            let body = serde_json::json!({ "ready": false, "reason": format!("{part} did not answer") });
+            (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+        }
+        Err(_) => {
+            let body = serde_json::json!({ "ready": false, "reason": "the readiness check failed" });
+            (axum::http::StatusCode::SERVICE_UNAVAILABLE, axum::Json(body)).into_response()
+        }
+    }
 }

@@ -422,6 +422,10 @@ pub trait RelayStore: Send + Sync + 'static {
         Ok(0)
     }
 
+    /// Whether the storage answers (`GET /ready`): the database, and the object store if one
+    /// holds blob chunks. Cheap: one trivial query (and one cached object-store request).
+    fn ready(&self) -> Result<(), StoreError>;
+
     /// Relay-wide figures.
     fn stats(&self) -> Result<RelayStats, StoreError>;
 

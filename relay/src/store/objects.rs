@@ -57,6 +57,8 @@ pub struct ObjectBlobs {
     /// The last key the orphan sweep examined (None: start from the first).
     sweep_after: Mutex<Option<Path>>,
     claim_hold: Option<Duration>,
+    /// When the object store last answered a readiness probe.
+    object_store_seen: Mutex<Option<Instant>>,
 }
 
 /// What one sweep pass did.
@@ -143,6 +145,7 @@ impl ObjectBlobs {
             orphan_grace: Duration::from_secs(3600),
             sweep_after: Mutex::new(None),
             claim_hold: None,
+            object_store_seen: Mutex::new(None),
         }
     }
 
@@ -467,6 +470,27 @@ impl RelayStore for ObjectBlobs {
 
     fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {
         self.inner.subscribe_heads()
+    }
+
+    fn ready(&self) -> Result<(), StoreError> {
+        self.inner.ready()?;
+        // One request to the bucket per couple of seconds at most, however often probes come.
+        let mut last = self.object_store_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| at.elapsed() < Duration::from_secs(2)) {
+            return Ok(());
+        }
+        let probe = match self.prefix.is_empty() {
+            true => Path::from(".ready"),
+            false => Path::from(format!("{}/.ready", self.prefix)),
+        };
+        self.call_until(Some(Instant::now() + Duration::from_secs(5)), async {
+            match self.objects.head(&probe).await {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+                Err(e) => Err(object_error(e)),
+            }
+        })?;
+        *last = Some(Instant::now());
+        Ok(())
     }
 
     fn stats(&self) -> Result<RelayStats, StoreError> {

@@ -73,6 +73,8 @@ pub(super) fn pg_error(e: tokio_postgres::Error) -> StoreError {
 pub struct PgOptions {
     /// `postgres://user:password@host:port/database` (never logged: see [`redact`]).
     pub url: String,
+    /// The password, when it does not travel in the URL (`DATABASE_PASSWORD_FILE`).
+    pub password: Option<String>,
     /// Quotas.
     pub quotas: Quotas,
     /// Who may register.
@@ -183,6 +185,17 @@ async fn existing_owner(
     Ok(owner)
 }
 
+/// The connection settings of `DATABASE_URL`, with the password from `DATABASE_PASSWORD_FILE`
+/// if one was given (it then wins: the configuration refuses a URL that carries one too).
+pub fn pg_config(url: &str, password: Option<&str>) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config: tokio_postgres::Config =
+        url.parse().map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(url))))?;
+    if let Some(password) = password {
+        config.password(password);
+    }
+    Ok(config)
+}
+
 /// A transaction-scoped lock on one chunk's object key, shared by uploads and the orphan sweep.
 async fn lock_object_key(tx: &Transaction<'_>, owner_id: &str, hash: &str) -> Result<(), StoreError> {
     let key = format!("{owner_id}/{hash}");
@@ -201,10 +214,7 @@ impl PgStore {
     /// Connects, runs the migrations and reads the epoch. Call from within a tokio runtime
     /// (multi-threaded): the store keeps using it.
     pub async fn open(options: PgOptions, fresh_epoch: &str, now: &str) -> Result<PgStore, StoreError> {
-        let mut config: tokio_postgres::Config = options
-            .url
-            .parse()
-            .map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(&options.url))))?;
+        let mut config = pg_config(&options.url, options.password.as_deref())?;
         let statement = options.request_timeout_ms.max(100);
         config.options(format!("-c statement_timeout={statement} -c lock_timeout={}", (statement / 2).max(50)));
         config.connect_timeout(Duration::from_millis(statement.min(10_000)));
@@ -762,6 +772,14 @@ impl RelayStore for PgStore {
         })
     }
 
+    fn ready(&self) -> Result<(), StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            client.query_one("SELECT 1", &[]).await.map_err(pg_error)?;
+            Ok(())
+        })
+    }
+
     fn stats(&self) -> Result<RelayStats, StoreError> {
         self.run(async {
             let client = self.client().await?;
@@ -851,9 +869,8 @@ async fn listen_for_heads(config: tokio_postgres::Config, out: tokio::sync::mpsc
 
 /// Gives the PostgreSQL database a new epoch (after restoring it from a backup): every device
 /// then re-seeds it. Returns the old and the new epoch. Stop every relay process first.
-pub async fn rotate_epoch(url: &str, fresh: &str) -> Result<(String, String), StoreError> {
-    let config: tokio_postgres::Config =
-        url.parse().map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(url))))?;
+pub async fn rotate_epoch(url: &str, password: Option<&str>, fresh: &str) -> Result<(String, String), StoreError> {
+    let config = pg_config(url, password)?;
     let (client, connection) = config.connect(NoTls).await.map_err(pg_error)?;
     let task = tokio::spawn(connection);
     let old: String = client

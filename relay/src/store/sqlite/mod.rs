@@ -586,6 +586,12 @@ impl RelayStore for SqliteStore {
         })
     }
 
+    fn ready(&self) -> Result<(), StoreError> {
+        self.read(|conn| {
+            Ok(conn.query_row("SELECT count(*) FROM relay_meta", [], |r| r.get::<_, i64>(0)).map(|_| ())?)
+        })
+    }
+
     fn stats(&self) -> Result<RelayStats, StoreError> {
         let file_len = |p: PathBuf| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
         let wal = PathBuf::from(format!("{}-wal", self.path.display()));
