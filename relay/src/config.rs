@@ -475,7 +475,7 @@ mod tests {
         let url = c.database_url.clone().unwrap();
         assert_eq!(url.1.as_deref(), Some("p@ss:w/o#r%d'\"$"), "line breaks dropped, the rest kept");
         assert!(!format!("{c:?}").contains("p@ss"), "Debug never shows it");
-        let pg = crate::store::postgres::pg_config(&url.0, url.1.as_deref()).unwrap();
+        let (pg, _tls) = crate::store::postgres::pg_config(&url.0, url.1.as_deref()).unwrap();
         assert_eq!(pg.get_password(), Some("p@ss:w/o#r%d'\"$".as_bytes()));
         for (url, says) in [
             ("postgres://relay:other@db/simplysync", "in one place"),

@@ -291,3 +291,25 @@ async fn a_write_whose_client_hangs_up_while_it_waits_for_the_database_still_com
         assert!(answer.starts_with("HTTP/1.1 429"), "blob: {blob}: {answer}");
     }
 }
+
+#[tokio::test]
+async fn the_marks_directory_is_created_and_a_mark_that_cannot_be_written_stops_the_start() {
+    let marks = TempDir::new("marks-dir");
+    let hwm = marks.0.join("not-yet").join("relay.hwm");
+    let relay = Relay::start(&[("HWM_PATH", hwm.to_str().unwrap())]);
+    assert_eq!(relay.get("/health", None).await.status, 200);
+    assert!(hwm.exists(), "the directory was created and the mark written at start");
+    drop(relay);
+    // Under a regular file: no directory can be made there, so no mark either.
+    let blocker = marks.0.join("a-file");
+    std::fs::write(&blocker, "x").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .env("PORT", "0")
+        .env("DB_PATH", marks.0.join("r.sqlite"))
+        .env("HWM_PATH", blocker.join("relay.hwm"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("HWM_PATH") && err.contains("high-water mark"), "{err}");
+}

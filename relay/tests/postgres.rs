@@ -1,11 +1,13 @@
 //! The PostgreSQL backend's own guarantees, on the test server at `SIMPLYSYNC_TEST_PG`
 //! (`scripts/test.sh` starts a throwaway one): versioned migrations that concurrent starts
 //! share, lock and statement timeouts no longer than a request (a push answered 408/503 never
-//! writes later), compaction in one process at a time, and a password never logged.
+//! writes later), compaction in one process at a time, a password never logged, and TLS to a
+//! server that requires it (`scripts/pg-throwaway.sh start-tls`: a certificate of its own).
 
 mod common;
 
-use std::io::Write as _;
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -288,4 +290,137 @@ async fn ready_answers_503_naming_the_database_once_postgresql_stops_answering_a
     let r = relay.get("/ready", None).await;
     assert_eq!((r.status.as_u16(), r.json()), (503, json!({"ready": false, "reason": "the database did not answer"})));
     assert_eq!(relay.get("/health", None).await.status, 200, "liveness is another question");
+}
+
+/// A throwaway server that speaks TLS only (scripts/pg-throwaway.sh start-tls): DIR/ca.pem issued
+/// its certificate (localhost, 127.0.0.1); DIR/other-ca.pem issued nothing here.
+struct TlsServer {
+    dir: PathBuf,
+    url: String,
+}
+
+const THROWAWAY: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/pg-throwaway.sh");
+
+impl TlsServer {
+    fn start() -> TlsServer {
+        // A world-traversable parent (/tmp): as root, the server runs as 'postgres'.
+        let dir = std::env::temp_dir().join(format!("simplysync-pg-tls-{}", std::process::id()));
+        let out = Command::new("bash").arg(THROWAWAY).arg("start-tls").arg(&dir).output().unwrap();
+        assert!(out.status.success(), "start-tls: {}", String::from_utf8_lossy(&out.stderr));
+        TlsServer { dir, url: String::from_utf8(out.stdout).unwrap().trim().to_owned() }
+    }
+
+    fn ca(&self, name: &str) -> String {
+        self.dir.join(name).display().to_string()
+    }
+
+    /// Database `db` on host `host` with the query `query`.
+    fn url(&self, host: &str, db: &str, query: &str) -> String {
+        let base = self.url.rsplit_once('/').unwrap().0.replacen("localhost", host, 1);
+        format!("{base}/{db}?{query}")
+    }
+}
+
+impl Drop for TlsServer {
+    fn drop(&mut self) {
+        let _ = Command::new("bash").arg(THROWAWAY).arg("stop").arg(&self.dir).status();
+    }
+}
+
+/// Starts the relay on `url`, which must refuse to start within 20 s; returns its stderr.
+fn refused_start(url: &str) -> String {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOST", "127.0.0.1")
+        .env("PORT", "0")
+        .env("DATABASE_URL", url)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(!status.success());
+            let mut err = String::new();
+            child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+            return err;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("the relay started on {url}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn the_relay_speaks_tls_to_a_server_that_requires_it_and_verifies_its_certificate() {
+    let server = TlsServer::start();
+    let (ca, other) = (server.ca("ca.pem"), server.ca("other-ca.pem"));
+    let admin = server.url("localhost", "postgres", &format!("sslmode=verify-full&sslrootcert={ca}"));
+    psql(&admin, "CREATE DATABASE relay_tls");
+    let alice = Owner::new();
+
+    // require: encrypted, the certificate not checked; other parameters survive the rewrite.
+    let require = server.url("localhost", "relay_tls", "application_name=relay-tls&sslmode=require");
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", require.as_str())]);
+    assert_eq!(relay.get("/health", None).await.status, 200);
+    assert_eq!(relay.push(&alice, &[alice.event("a", 1)]).await.status, 200);
+    assert_eq!(
+        psql(
+            &admin,
+            "SELECT bool_and(s.ssl) AND count(*) > 0 FROM pg_stat_ssl s \
+             JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'relay-tls'"
+        ),
+        "t",
+        "every connection of the relay's is encrypted"
+    );
+    drop(relay);
+
+    // verify-full with the issuing CA, by name and by address (both in the certificate).
+    for (n, host) in [(2, "localhost"), (3, "127.0.0.1")] {
+        let url = server.url(host, "relay_tls", &format!("sslmode=verify-full&sslrootcert={ca}"));
+        let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str())]);
+        assert_eq!(relay.push(&alice, &[alice.event(host, n)]).await.status, 200, "{host}");
+        assert_eq!(relay.pull_all(&alice).await.0.len(), n as usize, "{host}");
+    }
+
+    // A host name the certificate does not carry (reached at its address): verify-full refuses,
+    // verify-ca (the chain only) goes through.
+    let misnamed =
+        |mode: &str| server.url("vm", "relay_tls", &format!("hostaddr=127.0.0.1&sslmode={mode}&sslrootcert={ca}"));
+    let err = refused_start(&misnamed("verify-full"));
+    assert!(err.contains("not valid for name"), "{err}");
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", misnamed("verify-ca").as_str())]);
+    assert_eq!(relay.get("/ready", None).await.status, 200);
+    drop(relay);
+
+    // A CA that did not issue the certificate: no start, and the reason named.
+    for mode in ["verify-full", "verify-ca", "require"] {
+        let err = refused_start(&server.url("localhost", "relay_tls", &format!("sslmode={mode}&sslrootcert={other}")));
+        assert!(err.contains("UnknownIssuer"), "{mode}: {err}");
+    }
+    // verify-full needs root certificates; an unknown mode is named, the password never.
+    let err = refused_start(&server.url("localhost", "relay_tls", "sslmode=verify-full"));
+    assert!(err.contains("sslrootcert"), "{err}");
+    let err = refused_start(&server.url("localhost", "relay_tls", "sslmode=verify").replacen(
+        "postgres@",
+        "postgres:hunter2@",
+        1,
+    ));
+    assert!(err.contains("verify-full") && !err.contains("hunter2"), "{err}");
+    // disable: the server refuses unencrypted connections.
+    let err = refused_start(&server.url("localhost", "relay_tls", "sslmode=disable"));
+    assert!(err.contains("no encryption"), "{err}");
+
+    // rotate-epoch opens its own connection: over TLS too.
+    let url = server.url("localhost", "relay_tls", &format!("sslmode=verify-full&sslrootcert={ca}"));
+    let out = Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+        .arg("rotate-epoch")
+        .env("DATABASE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }

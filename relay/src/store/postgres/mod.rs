@@ -22,6 +22,7 @@
 mod compact;
 mod import;
 mod schema;
+mod tls;
 
 pub use import::ImportReport;
 
@@ -32,7 +33,7 @@ use std::time::{Duration, Instant};
 use deadpool_postgres::{GenericClient, Manager, ManagerConfig, Object, Pool, RecyclingMethod, Transaction};
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 use tokio_postgres::error::SqlState;
-use tokio_postgres::NoTls;
+use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::sqlite::{Quotas, Registration};
 use super::{
@@ -131,6 +132,7 @@ pub struct PgStore {
     request_timeout: Duration,
     /// How to open the connection that listens for other processes' heads.
     listen_config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
 }
 
 impl std::fmt::Debug for PgStore {
@@ -185,15 +187,35 @@ async fn existing_owner(
     Ok(owner)
 }
 
-/// The connection settings of `DATABASE_URL`, with the password from `DATABASE_PASSWORD_FILE`
-/// if one was given (it then wins: the configuration refuses a URL that carries one too).
-pub fn pg_config(url: &str, password: Option<&str>) -> Result<tokio_postgres::Config, StoreError> {
+/// The connection settings of `DATABASE_URL` and its TLS (`sslmode`, `sslrootcert`: tls.rs),
+/// with the password from `DATABASE_PASSWORD_FILE` if one was given (the configuration refuses
+/// a URL that carries one too).
+pub fn pg_config(url: &str, password: Option<&str>) -> Result<(tokio_postgres::Config, MakeRustlsConnect), StoreError> {
+    let (driver_url, mode, root) =
+        tls::split_ssl_params(url).map_err(|e| StoreError::Setup(format!("DATABASE_URL: {e}")))?;
+    let connector =
+        tls::connector(mode, root.as_deref()).map_err(|e| StoreError::Setup(format!("DATABASE_URL: {e}")))?;
     let mut config: tokio_postgres::Config =
-        url.parse().map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(url))))?;
+        driver_url.parse().map_err(|e| StoreError::Setup(format!("DATABASE_URL {}: {e}", redact(url))))?;
     if let Some(password) = password {
         config.password(password);
     }
-    Ok(config)
+    Ok((config, connector))
+}
+
+/// An error and its causes in one line (a driver's connection error names only its kind; the
+/// reason — a certificate's issuer, the server's refusal — is in its sources).
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut next = e.source();
+    while let Some(cause) = next {
+        let part = cause.to_string();
+        if !text.contains(&part) {
+            text = format!("{text}: {part}");
+        }
+        next = cause.source();
+    }
+    text
 }
 
 /// A transaction-scoped lock on one chunk's object key, shared by uploads and the orphan sweep.
@@ -214,12 +236,13 @@ impl PgStore {
     /// Connects, runs the migrations and reads the epoch. Call from within a tokio runtime
     /// (multi-threaded): the store keeps using it.
     pub async fn open(options: PgOptions, fresh_epoch: &str, now: &str) -> Result<PgStore, StoreError> {
-        let mut config = pg_config(&options.url, options.password.as_deref())?;
+        let (mut config, tls) = pg_config(&options.url, options.password.as_deref())?;
         let statement = options.request_timeout_ms.max(100);
         config.options(format!("-c statement_timeout={statement} -c lock_timeout={}", (statement / 2).max(50)));
         config.connect_timeout(Duration::from_millis(statement.min(10_000)));
         let listen_config = config.clone();
-        let manager = Manager::from_config(config, NoTls, ManagerConfig { recycling_method: RecyclingMethod::Fast });
+        let manager =
+            Manager::from_config(config, tls.clone(), ManagerConfig { recycling_method: RecyclingMethod::Fast });
         let pool = Pool::builder(manager)
             .max_size(options.pool_size.max(1))
             .runtime(deadpool_postgres::Runtime::Tokio1)
@@ -227,10 +250,9 @@ impl PgStore {
             .create_timeout(Some(Duration::from_millis(statement.min(10_000))))
             .build()
             .map_err(|e| StoreError::Setup(format!("PostgreSQL pool: {e}")))?;
-        let mut client = pool
-            .get()
-            .await
-            .map_err(|e| StoreError::Setup(format!("cannot connect to {}: {e}", redact(&options.url))))?;
+        let mut client = pool.get().await.map_err(|e| {
+            StoreError::Setup(format!("cannot connect to {}: {}", redact(&options.url), error_chain(&e)))
+        })?;
         let epoch = schema::migrate(&mut client, fresh_epoch, now).await?;
         drop(client);
         Ok(PgStore {
@@ -242,6 +264,7 @@ impl PgStore {
             total: Mutex::new((0, None, 0)),
             request_timeout: Duration::from_millis(statement),
             listen_config,
+            tls,
         })
     }
 
@@ -813,7 +836,7 @@ impl RelayStore for PgStore {
 
     fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        self.handle.spawn(listen_for_heads(self.listen_config.clone(), tx));
+        self.handle.spawn(listen_for_heads(self.listen_config.clone(), self.tls.clone(), tx));
         Some(rx)
     }
 
@@ -827,10 +850,14 @@ impl RelayStore for PgStore {
 /// Listens for `simplysync_heads` notices (`"<ownerId> <headSeq>"`, sent by every push that
 /// stored events) on a connection of its own and forwards them; reconnects with backoff until
 /// the receiver is gone. A notice missed while reconnecting only delays a waiter to its timeout.
-async fn listen_for_heads(config: tokio_postgres::Config, out: tokio::sync::mpsc::UnboundedSender<(String, u64)>) {
+async fn listen_for_heads(
+    config: tokio_postgres::Config,
+    tls: MakeRustlsConnect,
+    out: tokio::sync::mpsc::UnboundedSender<(String, u64)>,
+) {
     let mut backoff = Duration::from_millis(100);
     while !out.is_closed() {
-        match config.connect(NoTls).await {
+        match config.connect(tls.clone()).await {
             Ok((client, mut connection)) => {
                 let forward = out.clone();
                 let driver = tokio::spawn(async move {
@@ -870,8 +897,11 @@ async fn listen_for_heads(config: tokio_postgres::Config, out: tokio::sync::mpsc
 /// Gives the PostgreSQL database a new epoch (after restoring it from a backup): every device
 /// then re-seeds it. Returns the old and the new epoch. Stop every relay process first.
 pub async fn rotate_epoch(url: &str, password: Option<&str>, fresh: &str) -> Result<(String, String), StoreError> {
-    let config = pg_config(url, password)?;
-    let (client, connection) = config.connect(NoTls).await.map_err(pg_error)?;
+    let (config, tls) = pg_config(url, password)?;
+    let (client, connection) = config
+        .connect(tls)
+        .await
+        .map_err(|e| StoreError::Setup(format!("cannot connect to {}: {}", redact(url), error_chain(&e))))?;
     let task = tokio::spawn(connection);
     let old: String = client
         .query_opt("SELECT value FROM relay_meta WHERE key = 'epoch'", &[])

@@ -63,15 +63,18 @@ pub(super) fn write_now(path: &Path, epoch: &str, seq: u64) -> std::io::Result<(
 }
 
 impl HighWaterMark {
-    /// Starts the writer for `path`, whose mark is `seq` now (written at once).
-    pub fn start(path: PathBuf, epoch: String, seq: u64) -> HighWaterMark {
-        if let Err(e) = write_now(&path, &epoch, seq) {
-            tracing::warn!(path = %path.display(), error = %e, "cannot write the seq high-water mark");
+    /// Starts the writer for `path`, whose mark is `seq` now (written at once, its directory
+    /// created). A mark that cannot be written is an error: the relay would not notice a
+    /// restored older database, and devices would be stranded.
+    pub fn start(path: PathBuf, epoch: String, seq: u64) -> std::io::Result<HighWaterMark> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            fs::create_dir_all(dir)?;
         }
+        write_now(&path, &epoch, seq)?;
         let state = Arc::new((Mutex::new(State { wanted: seq, written: seq, stop: false }), Condvar::new()));
         let (p, e, s) = (path.clone(), epoch.clone(), state.clone());
         let thread = std::thread::Builder::new().name("hwm-writer".into()).spawn(move || writer(&p, &e, &s)).ok();
-        HighWaterMark { path, epoch, state, thread }
+        Ok(HighWaterMark { path, epoch, state, thread })
     }
 
     /// Asks for `seq` to be recorded (returns at once).

@@ -240,7 +240,12 @@ impl SqliteStore {
         let hwm_path = options.hwm_path.clone().unwrap_or_else(|| default_hwm_path(path));
         let epoch = check_rollback(&conn, &hwm_path, epoch)?;
         let seq = meta_u64(&conn, "seq")?;
-        let mark = hwm::HighWaterMark::start(hwm_path, epoch.clone(), seq);
+        let mark = hwm::HighWaterMark::start(hwm_path.clone(), epoch.clone(), seq).map_err(|e| {
+            StoreError::Setup(format!(
+                "HWM_PATH {}: cannot write the seq high-water mark ({e}); it must be writable",
+                hwm_path.display()
+            ))
+        })?;
         let busy_timeout_ms = options.busy_timeout_ms;
         let checkpointer = checkpointer::Checkpointer::start(path, move |p| open_connection(p, busy_timeout_ms));
         let writer = Arc::new(Mutex::new(conn));
