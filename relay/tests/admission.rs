@@ -335,3 +335,50 @@ async fn an_address_guessing_the_admin_or_metrics_token_gets_429_even_with_the_r
     }
     assert_eq!(get("/metrics", "10.0.0.9", "7e0d3b9a1c6f4285").await, 429);
 }
+
+#[tokio::test]
+async fn concurrent_registrations_from_one_address_stop_at_its_burst() {
+    let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    let owners: Vec<Owner> = (0..12).map(|_| Owner::new()).collect();
+    let answers =
+        futures_util::future::join_all(owners.iter().map(|o| push_from(&relay, "10.0.0.5", o, o.token()))).await;
+    let ok = answers.iter().filter(|r| r.status == 200).count();
+    assert_eq!(ok, 3, "the check and the spend are one step: a burst of 3 registers 3, however many race");
+    assert!(answers.iter().all(|r| r.status == 200 || r.status == 429));
+}
+
+#[tokio::test]
+async fn an_ipv6_client_is_rate_limited_by_its_64() {
+    let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    for n in 1..=3 {
+        let o = Owner::new();
+        assert_eq!(push_from(&relay, &format!("2001:db8:7:7::{n}"), &o, o.token()).await.status, 200);
+    }
+    let o = Owner::new();
+    push_from(&relay, "2001:db8:7:7:abcd:ef01:2345:6789", &o, o.token()).await.assert_error(429, "rate_limited");
+    assert_eq!(push_from(&relay, "2001:db8:7:8::1", &o, o.token()).await.status, 200, "the next /64 is another client");
+}
+
+#[tokio::test]
+async fn an_empty_first_push_registers_no_owner_and_spends_no_registration() {
+    let relay = Relay::start(&[("REGISTRATIONS_PER_MINUTE", "1"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    let empty = |o: &Owner| {
+        client()
+            .post(format!("{}/v1/events", relay.url))
+            .header("Authorization", format!("Bearer {}", o.token()))
+            .header("X-Forwarded-For", "10.0.0.6")
+            .body(json!({"ownerId": o.owner_id(), "events": []}).to_string())
+            .send()
+    };
+    for _ in 0..5 {
+        let o = Owner::new();
+        let r = empty(&o).await.unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<serde_json::Value>().await.unwrap(), json!({"accepted": 0, "duplicate": 0}));
+        relay.pull(&o, "", None).await.assert_error(404, "unknown_owner");
+    }
+    for _ in 0..3 {
+        let o = Owner::new();
+        assert_eq!(push_from(&relay, "10.0.0.6", &o, o.token()).await.status, 200, "the budget is untouched");
+    }
+}

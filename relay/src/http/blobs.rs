@@ -66,13 +66,14 @@ pub async fn put(
     if actual != t.hash {
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
-    let (o, now, register) = (t.owner.clone(), now_iso(), super::events::may_register(&st, client));
+    let (o, now) = (t.owner.clone(), now_iso());
+    let (register, reservation) = super::events::may_register(&st, client, presence == BlobPresence::UnknownOwner);
     // What a stored chunk implies is done with the write, even if the client has gone.
     let task_state = st.clone();
     let out = blocking(&st, move |s| {
         let out = s.put_blob(&o, &t.token_hash, &t.hash, BlobData::Inline(&bytes), &now, register, Some(deadline))?;
+        super::events::registered(reservation, out.registered);
         if out.registered {
-            super::events::registered(&task_state, client);
             task_state.metrics.record_registration();
         }
         task_state.metrics.record_blob_put(out.duplicate);

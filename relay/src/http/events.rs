@@ -13,7 +13,7 @@ use simplysync_protocol::wire::PushResponse;
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, owner_tag, store_failure, AppState, ClientIp, Owner};
-use crate::store::{MayRegister, NewEvent, PushOutcome};
+use crate::store::{MayRegister, NewEvent, OwnerState, PushOutcome};
 
 /// Longest accepted `eventId`, `deviceId` and `createdAt`.
 const MAX_ID_LEN: usize = 256;
@@ -124,18 +124,27 @@ fn stored_json(e: &SyncEnvelope<'_>) -> String {
     out
 }
 
-/// Whether `client` may register a new owner now (its registration rate).
-pub(super) fn may_register(st: &AppState, client: ClientIp) -> MayRegister {
-    match client.0 {
-        Some(ip) if st.registrations.check(ip).is_some() => MayRegister::RateLimited,
-        _ => MayRegister::Yes,
+/// Whether `client` may register an owner the store does not know (`unknown`), within its
+/// registration rate: the token is reserved now, in one step with the check (concurrent
+/// attempts cannot all pass it), spent if the write registers the owner, returned otherwise.
+pub(super) fn may_register(
+    st: &AppState,
+    client: ClientIp,
+    unknown: bool,
+) -> (MayRegister, Option<crate::ratelimit::Reservation>) {
+    match (unknown, client.0) {
+        (true, Some(ip)) => match st.registrations.reserve(ip) {
+            Some(reserved) => (MayRegister::Yes, Some(reserved)),
+            None => (MayRegister::RateLimited, None),
+        },
+        _ => (MayRegister::Yes, None),
     }
 }
 
-/// Counts a registration against the client's rate.
-pub(super) fn registered(st: &AppState, client: ClientIp) {
-    if let Some(ip) = client.0 {
-        st.registrations.spend(ip);
+/// Settles a reservation: spent when the write registered the owner.
+pub(super) fn registered(reservation: Option<crate::ratelimit::Reservation>, registered: bool) {
+    if let (Some(r), true) = (reservation, registered) {
+        r.commit();
     }
 }
 
@@ -199,7 +208,7 @@ pub async fn push(
     let (parts, body) = req.into_parts();
     let token = bearer(&parts.headers)?;
     let bytes = body_bytes(&parts.headers, body, st.limits.max_request_bytes, "the push body").await?;
-    let (now, register, task_state) = (now_iso(), may_register(&st, client), st.clone());
+    let (now, task_state) = (now_iso(), st.clone());
     // Parse, authenticate, validate and store on one blocking thread: a push's thousands of
     // strings are allocated and freed where they are used, with one hand-off instead of four.
     // What a commit implies (metrics, waking waiting devices, spending a registration) is done
@@ -208,16 +217,20 @@ pub async fn push(
         let st = task_state;
         let (owner, events) = parse_batch(&bytes, &st.limits)?;
         let token_hash = relay_token_hash(&token);
-        st.store.authenticate(&owner, &token_hash).map_err(|e| store_failure(&st, e))?;
+        let known = st.store.authenticate(&owner, &token_hash).map_err(|e| store_failure(&st, e))?;
         let batch = validate_batch(owner, events, &st.limits)?;
+        let unknown = known == OwnerState::Unknown;
+        if unknown && batch.events.is_empty() {
+            // Nothing to keep: an empty push registers no one (no owner row, no rate spent).
+            return Ok((batch.owner, PushOutcome::default()));
+        }
+        let (register, reservation) = may_register(&st, client, unknown);
         let outcome = st
             .store
             .push(&batch.owner, &token_hash, batch.events, &now, register, Some(deadline))
             .map_err(|e| store_failure(&st, e))?;
         // The address is charged first: once the metrics show the registration, it counts.
-        if outcome.registered {
-            registered(&st, client);
-        }
+        registered(reservation, outcome.registered);
         st.metrics.record_push(&outcome);
         if outcome.accepted > 0 {
             st.live.publish(&batch.owner, outcome.head_seq);
