@@ -36,7 +36,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_REQUEST_BYTES", "8388608", "largest push body (larger: 413); close and compact bodies: 64 KiB"),
     ("MAX_IN_FLIGHT_REQUESTS", "256", "requests handled at once; more get 503 with Retry-After"),
     ("MAX_IN_FLIGHT_BYTES", "268435456", "request body bytes being handled at once; more get 503"),
-    ("MAX_CONNECTIONS", "1024", "open connections; further ones are closed at once"),
+    ("MAX_CONNECTIONS", "12000", "open connections; further ones are closed at once (the relay raises its file-descriptor limit to fit, or lowers this to the limit)"),
     ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
     ("IDLE_TIMEOUT_MS", "60000", "a connection with no byte read or written for this long is closed"),
     ("REQUEST_TIMEOUT_MS", "30000", "a request (body included) taking longer gets 408"),
@@ -45,7 +45,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
     ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
     ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
-    ("LIVE_MAX_WAITERS", "10000", "long-polls (GET /v1/events/wait) one process holds at once; more get 503; 0 turns live notices off"),
+    ("LIVE_MAX_WAITERS", "MAX_CONNECTIONS − max(MAX_CONNECTIONS/6, 16) (10000)", "long-polls (GET /v1/events/wait) one process holds at once; more get 503; 0 turns live notices off; at most MAX_CONNECTIONS − 16"),
     ("LIVE_MAX_WAITERS_PER_OWNER", "16", "long-polls one owner may hold at once; more get 429"),
     (
         "CLIENT_IP_HEADER",
@@ -105,6 +105,15 @@ impl Default for Limits {
     }
 }
 
+/// Connections `LIVE_MAX_WAITERS` must leave for requests that are not waits, at the least.
+pub const WAITER_HEADROOM: usize = 16;
+
+/// `LIVE_MAX_WAITERS` when unset: all connections but a sixth (at least [`WAITER_HEADROOM`]),
+/// 10,000 with the default `MAX_CONNECTIONS`.
+pub fn default_waiters(max_connections: usize) -> usize {
+    max_connections.saturating_sub((max_connections / 6).max(WAITER_HEADROOM))
+}
+
 /// How much work the relay takes on at once, and how long connections may idle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Admission {
@@ -135,7 +144,7 @@ impl Default for Admission {
         Admission {
             max_in_flight_requests: 256,
             max_in_flight_bytes: 256 * 1024 * 1024,
-            max_connections: 1024,
+            max_connections: 12_000,
             header_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             registrations_per_minute: 10,
@@ -298,8 +307,29 @@ impl Config {
             registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,
             auth_failures_per_minute: num(&lookup, "AUTH_FAILURES_PER_MINUTE", a.auth_failures_per_minute, 1)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
-            live_max_waiters: num(&lookup, "LIVE_MAX_WAITERS", a.live_max_waiters, 0)?,
+            live_max_waiters: 0,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,
+        };
+        // Every waiter holds a connection: a relay that accepts a waiter must have a connection
+        // for it, and keep some for everything else.
+        let mut admission = admission;
+        admission.live_max_waiters = match lookup("LIVE_MAX_WAITERS").filter(|v| !v.trim().is_empty()) {
+            None => default_waiters(admission.max_connections),
+            Some(_) => {
+                let waiters = num(&lookup, "LIVE_MAX_WAITERS", 0usize, 0)?;
+                if waiters + WAITER_HEADROOM > admission.max_connections {
+                    return Err(ConfigError {
+                        name: "LIVE_MAX_WAITERS",
+                        value: waiters.to_string(),
+                        reason: format!(
+                            "every waiting device holds a connection: MAX_CONNECTIONS ({}) must exceed it by at \
+                             least {WAITER_HEADROOM}, the connections kept for other requests",
+                            admission.max_connections
+                        ),
+                    });
+                }
+                waiters
+            }
         };
         // A request of a route's largest body must fit the in-flight budget, or it is never admitted.
         let largest = limits.max_request_bytes.max(limits.max_blob_bytes);
@@ -491,6 +521,26 @@ mod tests {
         let missing = dir.join("missing").display().to_string();
         assert!(with("postgres://relay@db/s", missing).unwrap_err().to_string().contains("cannot read"));
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn waiters_always_leave_connections_for_other_requests() {
+        let c = Config::from_lookup(|_| None).unwrap();
+        assert_eq!((c.admission.max_connections, c.admission.live_max_waiters), (12_000, 10_000));
+        let small = Config::from_lookup(|k| (k == "MAX_CONNECTIONS").then(|| "40".to_owned())).unwrap();
+        assert_eq!(small.admission.live_max_waiters, 24, "derived from MAX_CONNECTIONS when unset");
+        let set = |waiters: &'static str| {
+            Config::from_lookup(move |k| match k {
+                "MAX_CONNECTIONS" => Some("1024".to_owned()),
+                "LIVE_MAX_WAITERS" => Some(waiters.to_owned()),
+                _ => None,
+            })
+        };
+        assert_eq!(set("1008").unwrap().admission.live_max_waiters, 1008);
+        let err = set("1009").unwrap_err();
+        assert_eq!(err.name, "LIVE_MAX_WAITERS");
+        assert!(err.to_string().contains("MAX_CONNECTIONS (1024)"), "{err}");
+        assert_eq!(set("0").unwrap().admission.live_max_waiters, 0, "live notices off");
     }
 
     #[test]

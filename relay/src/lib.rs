@@ -141,12 +141,25 @@ pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
     }
 }
 
+/// Connections the kernel queues for accepting (tokio's `bind` asks for 1024): thousands of
+/// devices reconnecting at once (a relay restart) are queued, not refused. Capped by the
+/// system's `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 8192;
+
+/// A listener on `addr` with [`LISTEN_BACKLOG`].
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() { tokio::net::TcpSocket::new_v4()? } else { tokio::net::TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 /// Serves until `shutdown` resolves, then finishes in-flight requests (for at most
 /// `SHUTDOWN_TIMEOUT_MS`), stops a running compaction at a safe point and checkpoints the WAL.
 /// Prints `simplysync-relay listening on http://ADDR` on stdout once it accepts connections
 /// (and `simplysync-relay metrics on http://ADDR` when `METRICS_ADDR` is set).
 pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), RelayError> {
-    let listener = tokio::net::TcpListener::bind((config.host, config.port)).await?;
+    let listener = listen(std::net::SocketAddr::new(config.host, config.port))?;
     let metrics_listener = match config.metrics_addr {
         Some(addr) => Some(tokio::net::TcpListener::bind(addr).await?),
         None => None,
@@ -164,6 +177,40 @@ pub async fn serve(config: Config, shutdown: impl Future<Output = ()> + Send + '
     .await
 }
 
+/// File descriptors kept for what is not a client connection: database files and connections,
+/// object-store connections, listeners, logs.
+const OTHER_DESCRIPTORS: u64 = 256;
+
+/// Raises this process's open-file limit (its soft limit, up to the hard one) so that
+/// `MAX_CONNECTIONS` connections fit; where the hard limit is lower, lowers `MAX_CONNECTIONS`
+/// (and `LIVE_MAX_WAITERS` with it) to what fits, and says how to raise it. A relay that
+/// accepted more connections than it has descriptors would fail accepts instead.
+pub fn fit_descriptor_limit(admission: &mut config::Admission) {
+    let wanted = admission.max_connections as u64 + OTHER_DESCRIPTORS;
+    let limit = match rlimit::increase_nofile_limit(wanted) {
+        Ok(limit) => limit,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read or raise the open-file limit");
+            return;
+        }
+    };
+    if limit >= wanted {
+        return;
+    }
+    let fits = limit.saturating_sub(OTHER_DESCRIPTORS).max(config::WAITER_HEADROOM as u64 * 2) as usize;
+    let waiters = admission.live_max_waiters.min(config::default_waiters(fits));
+    tracing::warn!(
+        open_file_limit = limit,
+        max_connections = fits,
+        live_max_waiters = waiters,
+        "the open-file limit is lower than MAX_CONNECTIONS needs ({wanted}); serving fewer connections. \
+         Raise it (systemd: LimitNOFILE=, docker: --ulimit nofile=, shell: ulimit -n) to serve {}",
+        admission.max_connections
+    );
+    admission.max_connections = fits;
+    admission.live_max_waiters = waiters;
+}
+
 /// Serves on already bound listeners (tests bind port 0 themselves to learn the address).
 pub async fn serve_on(
     listener: tokio::net::TcpListener,
@@ -171,6 +218,8 @@ pub async fn serve_on(
     config: Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
+    let mut config = config;
+    fit_descriptor_limit(&mut config.admission);
     let store = open_store(&config).await?;
     let state = state(&config, store.clone());
     let addr = listener.local_addr()?;

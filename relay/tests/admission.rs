@@ -382,3 +382,42 @@ async fn an_empty_first_push_registers_no_owner_and_spends_no_registration() {
         assert_eq!(push_from(&relay, "10.0.0.6", &o, o.token()).await.status, 200, "the budget is untouched");
     }
 }
+
+#[tokio::test]
+async fn a_relay_whose_open_file_limit_is_low_serves_fewer_connections_and_says_how_to_raise_it() {
+    // The hard limit lowered for this relay alone: 600 descriptors fit 344 connections.
+    let dir = common::TempDir::new("nofile");
+    let mut child = std::process::Command::new("bash")
+        .arg("-c")
+        .arg(format!("ulimit -n 600 && exec {}", env!("CARGO_BIN_EXE_simplysync-relay")))
+        .env("PORT", "0")
+        .env("DB_PATH", dir.0.join("r.sqlite"))
+        .env("IDLE_TIMEOUT_MS", "5000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let url = line.trim().strip_prefix("simplysync-relay listening on ").expect("address line").to_owned();
+    let addr = url.trim_start_matches("http://").to_owned();
+    // 400 idle connections: those past 344 are closed at once instead of failing accepts.
+    let mut held = Vec::new();
+    for _ in 0..400 {
+        held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let metrics = client().get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert!(metrics.contains(r#"simplysync_rejections_total{reason="connections"} 56"#), "{metrics}");
+    assert_eq!(client().get(format!("{url}/ready")).send().await.unwrap().status(), 200);
+    let _ = child.kill();
+    let _ = child.wait();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut err).unwrap();
+    assert!(
+        err.contains("open-file limit") && err.contains("max_connections=344") && err.contains("LimitNOFILE"),
+        "{err}"
+    );
+}
