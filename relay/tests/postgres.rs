@@ -424,3 +424,26 @@ async fn the_relay_speaks_tls_to_a_server_that_requires_it_and_verifies_its_cert
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 }
+
+#[tokio::test]
+async fn metrics_scrapes_do_not_sum_over_every_owner_each_time() {
+    let url = common::fresh_pg_database();
+    let relay = Relay::start_on(Backend::Postgres, &[("DATABASE_URL", url.as_str())]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let scrape = || async { String::from_utf8(relay.get("/metrics", None).await.bytes).unwrap() };
+    assert!(scrape().await.contains("simplysync_owners 1\n"));
+    // Another process registers an owner and takes a seq (written here behind the relay's back).
+    psql(&url, "INSERT INTO owners (owner_id, token_hash, created_at) VALUES ('other-process-owner', 'x', 'now')");
+    psql(&url, "SELECT nextval('event_seq')");
+    for _ in 0..10 {
+        let text = scrape().await;
+        assert!(text.contains("simplysync_owners 1\n"), "the sums over owners are reused, not re-read per scrape");
+        assert!(text.contains("simplysync_head_seq 2\n"), "the head is read fresh every time: {text}");
+    }
+    // This process's own writes show at once.
+    let bob = Owner::new();
+    relay.push(&bob, &[bob.event("b", 2)]).await;
+    let text = scrape().await;
+    assert!(text.contains("simplysync_owners 2\n") && text.contains("simplysync_head_seq 3\n"), "{text}");
+}

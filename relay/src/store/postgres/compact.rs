@@ -135,6 +135,7 @@ async fn run(
         }
     }
     report.duration_ms = started.elapsed().as_millis() as u64;
+    store.forget_totals();
     if report.complete {
         set_meta(&*client, "last_compaction_at", now).await?;
         set_meta(&*client, "last_compaction_deleted", &report.deleted_events.to_string()).await?;

@@ -133,7 +133,12 @@ pub struct PgStore {
     /// How to open the connection that listens for other processes' heads.
     listen_config: tokio_postgres::Config,
     tls: MakeRustlsConnect,
+    /// Owners, closed owners, events, blobs and bytes summed over the owners, and when.
+    owner_totals: Mutex<Option<(Instant, [u64; 5])>>,
 }
+
+/// How long the relay-wide sums over owners (`/metrics`, `/ops/stats`) are reused.
+const STATS_TTL: Duration = Duration::from_secs(30);
 
 impl std::fmt::Debug for PgStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -265,6 +270,7 @@ impl PgStore {
             request_timeout: Duration::from_millis(statement),
             listen_config,
             tls,
+            owner_totals: Mutex::new(None),
         })
     }
 
@@ -341,6 +347,22 @@ impl PgStore {
 
     fn added_total(&self, bytes: i64) {
         self.total.lock().unwrap_or_else(|p| p.into_inner()).2 += bytes;
+    }
+
+    /// Drops the cached sums over owners (after a compaction pass: the next read sums afresh).
+    pub(super) fn forget_totals(&self) {
+        *self.owner_totals.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    }
+
+    /// Moves the cached sums over owners (see [`STATS_TTL`]) by what this process just
+    /// committed: `[owners, closed owners, events, blobs, bytes]`. Other processes' writes show
+    /// when the cache is next refreshed.
+    fn adjust_totals(&self, delta: [i64; 5]) {
+        if let Some((_, totals)) = self.owner_totals.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+            for (t, d) in totals.iter_mut().zip(delta) {
+                *t = (*t as i64).saturating_add(d).max(0) as u64;
+            }
+        }
     }
 
     fn check_quota(&self, owner_used: i64, total_used: i64, adding: i64) -> Result<(), StoreError> {
@@ -447,6 +469,7 @@ impl PgStore {
         }
         tx.commit().await.map_err(pg_error)?;
         self.added_total(added);
+        self.adjust_totals([i64::from(registered), 0, out.accepted as i64, 0, added]);
         Ok(out)
     }
 
@@ -562,6 +585,7 @@ impl RelayStore for PgStore {
             .map_err(pg_error)?;
             tx.commit().await.map_err(pg_error)?;
             self.added_total(-bytes);
+            self.adjust_totals([0, 0, -(rows.len() as i64), 0, -bytes]);
             Ok(CompactResponse { deleted_events: rows.len() as u64, reclaimed_bytes: bytes as u64 })
         })
     }
@@ -599,6 +623,7 @@ impl RelayStore for PgStore {
             .map_err(pg_error)?;
             tx.commit().await.map_err(pg_error)?;
             self.added_total(-owner.stored_bytes);
+            self.adjust_totals([0, 1, -owner.event_count, -(deleted_blobs as i64), -owner.stored_bytes]);
             if let Err(e) = compact::purge_owner_log(&client, owner_id).await {
                 tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on");
             }
@@ -643,6 +668,7 @@ impl RelayStore for PgStore {
                 .is_some();
             if exists {
                 tx.commit().await.map_err(pg_error)?;
+                self.adjust_totals([i64::from(registered), 0, 0, 0, 0]);
                 return Ok(BlobPutOutcome { duplicate: true, registered });
             }
             if matches!(data, BlobData::External { .. }) {
@@ -660,6 +686,7 @@ impl RelayStore for PgStore {
                     .is_some();
                 if raced {
                     tx.commit().await.map_err(pg_error)?;
+                    self.adjust_totals([i64::from(registered), 0, 0, 0, 0]);
                     return Ok(BlobPutOutcome { duplicate: true, registered });
                 }
                 if claimed {
@@ -683,6 +710,7 @@ impl RelayStore for PgStore {
             .map_err(pg_error)?;
             tx.commit().await.map_err(pg_error)?;
             self.added_total(size);
+            self.adjust_totals([i64::from(registered), 0, 0, 1, size]);
             Ok(BlobPutOutcome { duplicate: false, registered })
         })
     }
@@ -806,12 +834,30 @@ impl RelayStore for PgStore {
     fn stats(&self) -> Result<RelayStats, StoreError> {
         self.run(async {
             let client = self.client().await?;
+            // The figures summed over every owner are read at most every STATS_TTL (a scrape
+            // every few seconds must not scan the owners each time); the rest is fresh.
+            let cached = *self.owner_totals.lock().unwrap_or_else(|p| p.into_inner());
+            let totals = match cached {
+                Some((at, totals)) if at.elapsed() < STATS_TTL => totals,
+                _ => {
+                    let r = client
+                        .query_one(
+                            "SELECT count(*), count(closed_at), coalesce(sum(event_count), 0)::BIGINT,
+                                    coalesce(sum(blob_count), 0)::BIGINT, coalesce(sum(stored_bytes), 0)::BIGINT
+                             FROM owners",
+                            &[],
+                        )
+                        .await
+                        .map_err(pg_error)?;
+                    let totals = [0, 1, 2, 3, 4].map(|i| r.get::<_, i64>(i).max(0) as u64);
+                    *self.owner_totals.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), totals));
+                    totals
+                }
+            };
             let r = client
                 .query_one(
-                    "SELECT count(*), count(closed_at), coalesce(sum(event_count), 0)::BIGINT,
-                            coalesce(sum(blob_count), 0)::BIGINT, coalesce(sum(stored_bytes), 0)::BIGINT,
-                            coalesce(max(head_seq), 0)::BIGINT, pg_database_size(current_database())
-                     FROM owners",
+                    "SELECT CASE WHEN is_called THEN last_value ELSE 0 END, pg_database_size(current_database())
+                     FROM event_seq",
                     &[],
                 )
                 .await
@@ -819,16 +865,16 @@ impl RelayStore for PgStore {
             let n = |i: usize| r.get::<_, i64>(i).max(0) as u64;
             let meta_n = |v: Option<String>| v.and_then(|s| s.parse::<u64>().ok()).unwrap_or(0);
             Ok(RelayStats {
-                owners: n(0),
-                closed_owners: n(1),
-                events: n(2),
-                blobs: n(3),
-                total_bytes: n(4),
-                head_seq: n(5),
+                owners: totals[0],
+                closed_owners: totals[1],
+                events: totals[2],
+                blobs: totals[3],
+                total_bytes: totals[4],
+                head_seq: n(0),
                 last_compaction_at: schema::meta(&client, "last_compaction_at").await?,
                 last_compaction_deleted: meta_n(schema::meta(&client, "last_compaction_deleted").await?),
                 last_compaction_ms: meta_n(schema::meta(&client, "last_compaction_ms").await?),
-                database_bytes: n(6),
+                database_bytes: n(1),
                 wal_bytes: 0,
             })
         })
