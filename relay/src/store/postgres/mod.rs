@@ -178,7 +178,8 @@ fn authorize(owner: &OwnerRow, token_hash: &str) -> Result<(), StoreError> {
 async fn owner_row(c: &impl GenericClient, owner_id: &str, lock: bool) -> Result<Option<OwnerRow>, StoreError> {
     let sql =
         format!("SELECT {OWNER_COLUMNS} FROM owners WHERE owner_id = $1{}", if lock { " FOR UPDATE" } else { "" });
-    Ok(c.query_opt(&sql, &[&owner_id]).await.map_err(pg_error)?.as_ref().map(owner_from))
+    let statement = c.prepare_cached(&sql).await.map_err(pg_error)?;
+    Ok(c.query_opt(&statement, &[&owner_id]).await.map_err(pg_error)?.as_ref().map(owner_from))
 }
 
 async fn existing_owner(
@@ -388,7 +389,9 @@ impl PgStore {
         let ids: Vec<&str> = events.iter().map(|e| e.event_id.as_str()).collect();
         let stored: std::collections::HashMap<String, String> = tx
             .query(
-                "SELECT event_id, envelope FROM events WHERE owner_id = $1 AND event_id = ANY($2)",
+                &tx.prepare_cached("SELECT event_id, envelope FROM events WHERE owner_id = $1 AND event_id = ANY($2)")
+                    .await
+                    .map_err(pg_error)?,
                 &[&owner_id, &ids],
             )
             .await
@@ -419,7 +422,11 @@ impl PgStore {
             let stream_ids: Vec<&str> = fresh.iter().filter_map(|e| e.stream_id.as_deref()).collect();
             let known_streams: std::collections::HashSet<String> = tx
                 .query(
-                    "SELECT DISTINCT stream_id FROM events WHERE owner_id = $1 AND stream_id = ANY($2)",
+                    &tx.prepare_cached(
+                        "SELECT DISTINCT stream_id FROM events WHERE owner_id = $1 AND stream_id = ANY($2)",
+                    )
+                    .await
+                    .map_err(pg_error)?,
                     &[&owner_id, &stream_ids],
                 )
                 .await
@@ -437,7 +444,8 @@ impl PgStore {
             // is the (owner, event id) key alone: any other conflict is an error.
             let head: Option<i64> = tx
                 .query_one(
-                    "WITH ins AS (
+                    &tx.prepare_cached(
+                        "WITH ins AS (
                        INSERT INTO events (seq, owner_id, event_id, stream_id, envelope, bytes)
                        SELECT nextval('event_seq'), $1, e.event_id, e.stream_id, e.envelope, e.bytes
                        FROM (SELECT * FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[])
@@ -446,6 +454,9 @@ impl PgStore {
                        ON CONFLICT (owner_id, event_id) DO NOTHING
                        RETURNING seq)
                      SELECT max(seq) FROM ins",
+                    )
+                    .await
+                    .map_err(pg_error)?,
                     &[&owner_id, &event_ids, &streams, &envelopes, &sizes],
                 )
                 .await
@@ -454,14 +465,21 @@ impl PgStore {
             out.accepted = fresh.len() as u64;
             out.head_seq = head.unwrap_or(0).max(0) as u64;
             // Delivered at commit to every relay process listening (live waiters).
-            tx.execute("SELECT pg_notify('simplysync_heads', $1)", &[&format!("{owner_id} {}", out.head_seq)])
-                .await
-                .map_err(pg_error)?;
+            tx.execute(
+                &tx.prepare_cached("SELECT pg_notify('simplysync_heads', $1)").await.map_err(pg_error)?,
+                &[&format!("{owner_id} {}", out.head_seq)],
+            )
+            .await
+            .map_err(pg_error)?;
             out.added_bytes = added as u64;
             tx.execute(
-                "UPDATE owners SET stored_bytes = stored_bytes + $2, event_count = event_count + $3,
+                &tx.prepare_cached(
+                    "UPDATE owners SET stored_bytes = stored_bytes + $2, event_count = event_count + $3,
                                    stream_count = stream_count + $4, head_seq = greatest(head_seq, $5)
                  WHERE owner_id = $1",
+                )
+                .await
+                .map_err(pg_error)?,
                 &[&owner_id, &added, &(fresh.len() as i64), &(new_streams.len() as i64), &head.unwrap_or(0)],
             )
             .await
@@ -492,11 +510,12 @@ impl PgStore {
             .map_err(pg_error)?;
         let owner = existing_owner(&tx, owner_id, token_hash, false).await?;
         let mut page = PullPage { head_seq: owner.head_seq.max(0) as u64, ..PullPage::default() };
+        let page_query = tx
+            .prepare_cached("SELECT seq, envelope FROM events WHERE owner_id = $1 AND seq > $2 ORDER BY seq LIMIT $3")
+            .await
+            .map_err(pg_error)?;
         let rows = tx
-            .query(
-                "SELECT seq, envelope FROM events WHERE owner_id = $1 AND seq > $2 ORDER BY seq LIMIT $3",
-                &[&owner_id, &(after.min(i64::MAX as u64) as i64), &i64::from(limit)],
-            )
+            .query(&page_query, &[&owner_id, &(after.min(i64::MAX as u64) as i64), &i64::from(limit)])
             .await
             .map_err(pg_error)?;
         let mut size = 0usize;
