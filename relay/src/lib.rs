@@ -185,8 +185,8 @@ const OTHER_DESCRIPTORS: u64 = 256;
 /// `MAX_CONNECTIONS` connections fit; where the hard limit is lower, lowers `MAX_CONNECTIONS`
 /// (and `LIVE_MAX_WAITERS` with it) to what fits, and says how to raise it. A relay that
 /// accepted more connections than it has descriptors would fail accepts instead.
-pub fn fit_descriptor_limit(admission: &mut config::Admission) {
-    let wanted = admission.max_connections as u64 + OTHER_DESCRIPTORS;
+pub fn fit_descriptor_limit(admission: &mut config::Admission, others: u64) {
+    let wanted = admission.max_connections as u64 + others;
     let limit = match rlimit::increase_nofile_limit(wanted) {
         Ok(limit) => limit,
         Err(e) => {
@@ -197,7 +197,7 @@ pub fn fit_descriptor_limit(admission: &mut config::Admission) {
     if limit >= wanted {
         return;
     }
-    let fits = limit.saturating_sub(OTHER_DESCRIPTORS).max(config::WAITER_HEADROOM as u64 * 2) as usize;
+    let fits = limit.saturating_sub(others).max(config::WAITER_HEADROOM as u64 * 2) as usize;
     let waiters = admission.live_max_waiters.min(config::default_waiters(fits));
     tracing::warn!(
         open_file_limit = limit,
@@ -219,7 +219,10 @@ pub async fn serve_on(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), RelayError> {
     let mut config = config;
-    fit_descriptor_limit(&mut config.admission);
+    // Besides client connections: a descriptor per request being handled (a database reader,
+    // an object-store connection) and the PostgreSQL pool's connections.
+    let others = OTHER_DESCRIPTORS + config.admission.max_in_flight_requests as u64 + config.database_pool_size as u64;
+    fit_descriptor_limit(&mut config.admission, others);
     let store = open_store(&config).await?;
     let state = state(&config, store.clone());
     let addr = listener.local_addr()?;

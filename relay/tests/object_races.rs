@@ -227,11 +227,11 @@ impl RelayStore for FlakyDatabase {
     fn mark_objects_swept(&self, o: &str, now: &str) -> Result<(), StoreError> {
         self.inner.mark_objects_swept(o, now)
     }
-    fn claim_orphan(&self, o: &str, h: &str, now: &str) -> Result<bool, StoreError> {
-        self.inner.claim_orphan(o, h, now)
+    fn claim_orphan(&self, o: &str, h: &str, hold: Duration) -> Result<bool, StoreError> {
+        self.inner.claim_orphan(o, h, hold)
     }
-    fn release_orphan_claims(&self, before: &str) -> Result<u64, StoreError> {
-        self.inner.release_orphan_claims(before)
+    fn release_orphan_claims(&self) -> Result<u64, StoreError> {
+        self.inner.release_orphan_claims()
     }
     fn ready(&self) -> Result<(), StoreError> {
         self.inner.ready()
@@ -398,7 +398,7 @@ fn an_upload_is_refused_while_the_sweep_holds_its_chunk_and_goes_through_after()
     // A long grace: the sweep below only releases the claim (the refused upload's object is young).
     let s = setup("claim", Duration::from_secs(3600), Duration::from_millis(300));
     let (hash, _) = chunk(1);
-    assert!(s.database.claim_orphan(OWNER, &hash, &simplysync_relay::clock::now_iso()).unwrap());
+    assert!(s.database.claim_orphan(OWNER, &hash, Duration::from_millis(300)).unwrap());
     let refused = put(&s.blobs, 1).unwrap_err();
     assert!(matches!(refused, StoreError::Busy(_)), "{refused:?}");
     assert_eq!(s.database.inner.blob_presence(OWNER, TOKEN_HASH, &hash).unwrap(), BlobPresence::UnknownOwner);
@@ -407,7 +407,7 @@ fn an_upload_is_refused_while_the_sweep_holds_its_chunk_and_goes_through_after()
     assert!(!put(&s.blobs, 1).unwrap().duplicate);
     assert_eq!(assert_held_chunks_readable(&s, 2), 1);
     // A chunk with a row is never claimed.
-    assert!(!s.database.claim_orphan(OWNER, &hash, &simplysync_relay::clock::now_iso()).unwrap());
+    assert!(!s.database.claim_orphan(OWNER, &hash, Duration::from_millis(300)).unwrap());
 }
 
 #[test]

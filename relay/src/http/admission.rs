@@ -83,8 +83,10 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
             }
         }
     }
-    // Long-polls hold no place in the budget: they wait, idle, under limits of their own.
-    if route == "/v1/events/wait" {
+    // Long-polls hold no place in the budget: they wait, idle, under limits of their own. Probes
+    // neither: a busy relay is still alive and ready (a load balancer must not drain every
+    // replica at once because they are all busy).
+    if route == "/v1/events/wait" || route == "/health" || route == "/ready" {
         return next.run(req).await;
     }
     // A body of unknown length counts as the route's limit (it is read no further than that).

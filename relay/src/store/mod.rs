@@ -401,14 +401,15 @@ pub trait RelayStore: Send + Sync + 'static {
     fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError>;
 
     /// Claims the object-store key of a chunk no blob row points at, so the orphan sweep may
-    /// delete its object: true (a claim recorded, or renewed, at `now`) when no row exists;
-    /// false when one does. The check and the claim are one atomic step against uploads, and
-    /// while the claim stands an upload of that chunk is refused ([`object_being_swept`]), so
-    /// no row can come to point at an object the sweep is deleting.
-    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError>;
+    /// delete its object: true (a claim that stands for `hold` from now, by the database's
+    /// clock; a renewal never shortens it) when no row exists; false when one does. The check
+    /// and the claim are one atomic step against uploads, and while the claim stands an upload
+    /// of that chunk is refused ([`object_being_swept`]), so no row can come to point at an
+    /// object the sweep is deleting.
+    fn claim_orphan(&self, owner_id: &str, hash: &str, hold: std::time::Duration) -> Result<bool, StoreError>;
 
-    /// Drops the claims recorded before `claimed_before` (ISO); returns how many.
-    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError>;
+    /// Drops the claims whose hold has passed (by the database's clock); returns how many.
+    fn release_orphan_claims(&self) -> Result<u64, StoreError>;
 
     /// Heads other relay processes commit, as `(owner, head seq)` notices (the PostgreSQL
     /// backend listens for them; a single-process store has none). Call within the runtime.

@@ -11,8 +11,10 @@
 //!   pass and deletes an object older than the grace period (`BLOB_ORPHAN_GRACE_SECS`) only
 //!   after the database claimed its key in the same step that found no row for it
 //!   ([`RelayStore::claim_orphan`]); while the claim stands (twice the request timeout and a
-//!   minute — longer than any upload can take), an upload of that chunk is refused with 503 and
-//!   retried, so no row can come to point at an object being deleted;
+//!   minute by the database's clock — longer than any upload can take, and an upload re-checks
+//!   its deadline after it checked the claims), an upload of that chunk is refused with 503 and
+//!   retried, so no row can come to point at an object being deleted. The delete itself goes
+//!   out within half the hold of the claim, or waits for a later pass;
 //! - closing an owner deletes its prefix after its rows are gone, and the **closed-owner sweep**
 //!   ([`ObjectBlobs::sweep_closed_owners`]) finishes what a close could not, recording each
 //!   owner once its prefix is empty so it is never listed again; one failure does not stop
@@ -221,7 +223,10 @@ impl ObjectBlobs {
             match self.call(self.delete_owner_objects(&owner)) {
                 Ok(n) => {
                     report.deleted += n;
-                    self.inner.mark_objects_swept(&owner, &iso8601_from_ms(now_ms()))?;
+                    if let Err(e) = self.inner.mark_objects_swept(&owner, &iso8601_from_ms(now_ms())) {
+                        report.failed += 1;
+                        tracing::warn!(error = %e, "could not record a closed owner's objects as deleted; the next pass checks again");
+                    }
                 }
                 Err(e) => {
                     report.failed += 1;
@@ -250,8 +255,7 @@ impl ObjectBlobs {
     /// that no upload they held off can still be running.
     pub fn sweep_orphans(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
-        let hold_ms = self.claim_hold().as_millis() as u64;
-        self.inner.release_orphan_claims(&iso8601_from_ms(now.saturating_sub(hold_ms)))?;
+        self.inner.release_orphan_claims()?;
         let after = self.sweep_after.lock().unwrap_or_else(|p| p.into_inner()).clone();
         let root = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
         let batch: Vec<ObjectMeta> = self.call(async {
@@ -279,9 +283,13 @@ impl ObjectBlobs {
                 continue;
             }
             let Some((owner, hash)) = self.parse_key(&meta.location) else { continue };
-            match self.inner.claim_orphan(&owner, &hash, &iso8601_from_ms(now_ms())) {
+            let hold = self.claim_hold();
+            let claimed_at = Instant::now();
+            match self.inner.claim_orphan(&owner, &hash, hold) {
                 Ok(false) => {}
-                Ok(true) => match self.call(async {
+                // The delete goes out well inside the claim's hold, or not at all (a pass that
+                // stalled — a paused process — leaves the object to a later one).
+                Ok(true) => match self.call_until(Some(claimed_at + hold / 2), async {
                     match self.objects.delete(&meta.location).await {
                         Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                         Err(e) => Err(object_error(e)),
@@ -460,12 +468,12 @@ impl RelayStore for ObjectBlobs {
         self.inner.mark_objects_swept(owner_id, now)
     }
 
-    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
-        self.inner.claim_orphan(owner_id, hash, now)
+    fn claim_orphan(&self, owner_id: &str, hash: &str, hold: Duration) -> Result<bool, StoreError> {
+        self.inner.claim_orphan(owner_id, hash, hold)
     }
 
-    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
-        self.inner.release_orphan_claims(claimed_before)
+    fn release_orphan_claims(&self) -> Result<u64, StoreError> {
+        self.inner.release_orphan_claims()
     }
 
     fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {

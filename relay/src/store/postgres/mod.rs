@@ -711,6 +711,9 @@ impl RelayStore for PgStore {
                 if claimed {
                     return Err(super::object_being_swept());
                 }
+                // The lock and the checks may have waited: a write past its deadline could come
+                // after a claim's hold was measured to outlast it.
+                passed(deadline)?;
             }
             let (size, bytes) = (data.size() as i64, data.stored());
             let total = self.total_bytes(&tx).await?;
@@ -806,7 +809,7 @@ impl RelayStore for PgStore {
         })
     }
 
-    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
+    fn claim_orphan(&self, owner_id: &str, hash: &str, hold: Duration) -> Result<bool, StoreError> {
         self.run(async {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(pg_error)?;
@@ -819,10 +822,14 @@ impl RelayStore for PgStore {
                 .map_err(pg_error)?
                 .is_some();
             if !held {
+                // The database's clock, whichever process claims or releases; a renewal never
+                // shortens a claim.
+                let hold_ms = hold.as_millis() as f64;
                 tx.execute(
-                    "INSERT INTO object_claims (owner_id, hash, claimed_at) VALUES ($1, $2, $3)
-                     ON CONFLICT (owner_id, hash) DO UPDATE SET claimed_at = EXCLUDED.claimed_at",
-                    &[&owner_id, &hash, &now],
+                    "INSERT INTO object_claims (owner_id, hash, expires_at)
+                     VALUES ($1, $2, now() + make_interval(secs => $3::float8 / 1000.0))
+                     ON CONFLICT (owner_id, hash) DO UPDATE SET expires_at = greatest(object_claims.expires_at, EXCLUDED.expires_at)",
+                    &[&owner_id, &hash, &hold_ms],
                 )
                 .await
                 .map_err(pg_error)?;
@@ -832,13 +839,10 @@ impl RelayStore for PgStore {
         })
     }
 
-    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
+    fn release_orphan_claims(&self) -> Result<u64, StoreError> {
         self.run(async {
             let client = self.client().await?;
-            client
-                .execute("DELETE FROM object_claims WHERE claimed_at < $1", &[&claimed_before])
-                .await
-                .map_err(pg_error)
+            client.execute("DELETE FROM object_claims WHERE expires_at < now()", &[]).await.map_err(pg_error)
         })
     }
 

@@ -55,7 +55,7 @@ const MIGRATIONS: &[(i32, &str)] = &[
         "CREATE TABLE object_claims (
              owner_id   TEXT NOT NULL,
              hash       TEXT NOT NULL,
-             claimed_at TEXT NOT NULL,
+             expires_at TIMESTAMPTZ NOT NULL,
              PRIMARY KEY (owner_id, hash)
          );
          CREATE TABLE swept_owners (owner_id TEXT PRIMARY KEY, swept_at TEXT NOT NULL);",

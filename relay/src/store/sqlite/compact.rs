@@ -55,6 +55,14 @@ pub(super) fn compact_all(store: &SqliteStore, now: &str, cancel: &AtomicBool) -
             }
             let batch_started = Instant::now();
             let (deleted, bytes, next) = store.write(None, |tx| {
+                // An owner closed since the pass began: its counters were settled by the close,
+                // and what is left of its log is the purge's (never subtracted twice).
+                let open = tx
+                    .prepare_cached("SELECT 1 FROM owners WHERE owner_key = ?1 AND closed_at IS NULL")?
+                    .exists([owner_key])?;
+                if !open {
+                    return Ok((0, 0, None));
+                }
                 // Pushes since the last batch may have left a tail outside the stream index.
                 index_tail(tx, 0)?;
                 // The window: this owner's next `window` events after the cursor.

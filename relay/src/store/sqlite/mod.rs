@@ -565,8 +565,10 @@ impl RelayStore for SqliteStore {
         })
     }
 
-    fn claim_orphan(&self, owner_id: &str, hash: &str, now: &str) -> Result<bool, StoreError> {
+    fn claim_orphan(&self, owner_id: &str, hash: &str, hold: std::time::Duration) -> Result<bool, StoreError> {
         // One write transaction: the check and the claim cannot interleave with an upload's row.
+        // One process writes this database, so its clock is the database's.
+        let expires = (crate::clock::now_ms() + hold.as_millis() as u64) as i64;
         self.write(None, |tx| {
             let held = tx
                 .prepare_cached("SELECT 1 FROM blobs WHERE owner_id = ?1 AND hash = ?2")?
@@ -574,20 +576,20 @@ impl RelayStore for SqliteStore {
             if held {
                 return Ok(false);
             }
-            // A renewed claim counts from now: the hold outlasts this sweep's delete.
+            // A renewal never shortens a claim.
             tx.prepare_cached(
-                "INSERT INTO object_claims (owner_id, hash, claimed_at) VALUES (?1, ?2, ?3)
-                 ON CONFLICT (owner_id, hash) DO UPDATE SET claimed_at = excluded.claimed_at",
+                "INSERT INTO object_claims (owner_id, hash, expires_ms) VALUES (?1, ?2, ?3)
+                 ON CONFLICT (owner_id, hash) DO UPDATE SET expires_ms = max(expires_ms, excluded.expires_ms)",
             )?
-            .execute(params![owner_id, hash, now])?;
+            .execute(params![owner_id, hash, expires])?;
             Ok(true)
         })
     }
 
-    fn release_orphan_claims(&self, claimed_before: &str) -> Result<u64, StoreError> {
+    fn release_orphan_claims(&self) -> Result<u64, StoreError> {
+        let now = crate::clock::now_ms() as i64;
         self.write(None, |tx| {
-            Ok(tx.prepare_cached("DELETE FROM object_claims WHERE claimed_at < ?1")?.execute(params![claimed_before])?
-                as u64)
+            Ok(tx.prepare_cached("DELETE FROM object_claims WHERE expires_ms < ?1")?.execute(params![now])? as u64)
         })
     }
 

@@ -51,7 +51,7 @@ CREATE TABLE IF NOT EXISTS blobs (
 CREATE TABLE IF NOT EXISTS object_claims (
     owner_id   TEXT NOT NULL,
     hash       TEXT NOT NULL,
-    claimed_at TEXT NOT NULL,
+    expires_ms INTEGER NOT NULL,
     PRIMARY KEY (owner_id, hash)
 ) WITHOUT ROWID;
 -- Closed owners whose blob objects are known to be gone (the sweep stops listing them).
