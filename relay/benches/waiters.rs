@@ -35,6 +35,8 @@ impl Relay {
             .env("COMPACTION_INTERVAL_MS", "0")
             // One client address registers every device here; the defaults allow 10 a minute.
             .env("REGISTRATIONS_PER_MINUTE", "1000000")
+            // ... and holds every device's connection (the default allows 1000 per address).
+            .env("MAX_CONNECTIONS_PER_CLIENT", "0")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -36,6 +36,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_REQUEST_BYTES", "8388608", "largest push body (larger: 413); close and compact bodies: 64 KiB"),
     ("MAX_IN_FLIGHT_REQUESTS", "256", "requests handled at once; more get 503 with Retry-After"),
     ("MAX_IN_FLIGHT_BYTES", "268435456", "request body bytes being handled at once; more get 503"),
+    ("MAX_CONNECTIONS_PER_CLIENT", "1000", "open connections from one client address (an IPv6 client by its /64); not applied with CLIENT_IP_HEADER set (behind a proxy, the proxy caps); 0: no cap"),
     ("MAX_CONNECTIONS", "12000", "open connections; further ones are closed at once (the relay raises its file-descriptor limit to fit, or lowers this to the limit)"),
     ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
     ("IDLE_TIMEOUT_MS", "60000", "a connection with no byte read or written for this long is closed"),
@@ -123,6 +124,8 @@ pub struct Admission {
     pub max_in_flight_bytes: u64,
     /// Open connections.
     pub max_connections: usize,
+    /// Open connections from one client address (0: no cap).
+    pub max_connections_per_client: usize,
     /// Time to send a request's headers, ms.
     pub header_timeout_ms: u64,
     /// Time a connection may idle between requests, ms.
@@ -145,6 +148,7 @@ impl Default for Admission {
             max_in_flight_requests: 256,
             max_in_flight_bytes: 256 * 1024 * 1024,
             max_connections: 12_000,
+            max_connections_per_client: 1000,
             header_timeout_ms: 10_000,
             idle_timeout_ms: 60_000,
             registrations_per_minute: 10,
@@ -302,6 +306,7 @@ impl Config {
             max_in_flight_requests: num(&lookup, "MAX_IN_FLIGHT_REQUESTS", a.max_in_flight_requests, 1)?,
             max_in_flight_bytes: num(&lookup, "MAX_IN_FLIGHT_BYTES", a.max_in_flight_bytes, 1024)?,
             max_connections: num(&lookup, "MAX_CONNECTIONS", a.max_connections, 1)?,
+            max_connections_per_client: num(&lookup, "MAX_CONNECTIONS_PER_CLIENT", a.max_connections_per_client, 0)?,
             header_timeout_ms: num(&lookup, "HEADER_TIMEOUT_MS", a.header_timeout_ms, 100)?,
             idle_timeout_ms: num(&lookup, "IDLE_TIMEOUT_MS", a.idle_timeout_ms, 100)?,
             registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,

@@ -240,6 +240,12 @@ pub async fn serve_on(
     tracing::info!(%addr, db = %store_location(&config), epoch = store.epoch(), "relay started");
     let rules = net::ConnectionRules {
         max_connections: config.admission.max_connections,
+        // Behind a proxy every connection comes from the proxy: the proxy caps per client.
+        max_per_client: if config.admission.client_ip_header.is_some() {
+            0
+        } else {
+            config.admission.max_connections_per_client
+        },
         header_timeout: Duration::from_millis(config.admission.header_timeout_ms),
         idle_timeout: Duration::from_millis(config.admission.idle_timeout_ms),
     };

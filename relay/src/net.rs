@@ -2,12 +2,16 @@
 //! request's headers (`HEADER_TIMEOUT_MS`, the slow-loris guard), an idle timeout for a
 //! connection with nothing moving (`IDLE_TIMEOUT_MS`), and a cap on open connections
 //! (`MAX_CONNECTIONS`: beyond it a new connection is closed at once), so silent sockets cannot
-//! exhaust file descriptors. Each request carries its peer's address ([`Peer`]).
+//! exhaust file descriptors; and, when clients connect directly (no `CLIENT_IP_HEADER`), a cap
+//! per client address (`MAX_CONNECTIONS_PER_CLIENT`, an IPv6 client by its /64), so one client
+//! cannot take every connection. Each request carries its peer's address ([`Peer`]).
 
+use std::collections::HashMap;
 use std::future::Future;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -31,6 +35,9 @@ pub struct ConnectionRules {
     pub header_timeout: Duration,
     /// Time a connection may go without any byte read or written.
     pub idle_timeout: Duration,
+    /// Open connections from one client address at most (0: no cap — behind a proxy every
+    /// connection comes from the proxy).
+    pub max_per_client: usize,
 }
 
 /// A stream that fails with `TimedOut` when neither a read nor a write made progress for
@@ -98,12 +105,24 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
     }
 }
 
-/// Counts an open connection until dropped.
-struct Open(Arc<AtomicUsize>);
+/// Open connections per client address.
+type PerClient = Arc<Mutex<HashMap<IpAddr, usize>>>;
+
+/// Counts an open connection (and its client's) until dropped.
+struct Open(Arc<AtomicUsize>, Option<(PerClient, IpAddr)>);
 
 impl Drop for Open {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        if let Some((clients, key)) = &self.1 {
+            let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(n) = map.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    map.remove(key);
+                }
+            }
+        }
     }
 }
 
@@ -119,6 +138,7 @@ pub async fn serve_connections(
 ) -> bool {
     let graceful = GracefulShutdown::new();
     let open = Arc::new(AtomicUsize::new(0));
+    let clients: PerClient = Arc::default();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -140,7 +160,24 @@ pub async fn serve_connections(
             drop(stream);
             continue;
         }
-        let guard = Open(open.clone());
+        let per_client = if rules.max_per_client > 0 {
+            let key = crate::ratelimit::client_key(peer.ip());
+            let mut map = clients.lock().unwrap_or_else(|p| p.into_inner());
+            let n = map.entry(key).or_insert(0);
+            if *n >= rules.max_per_client {
+                drop(map);
+                open.fetch_sub(1, Ordering::SeqCst);
+                metrics.record_rejection("connections_per_client");
+                tracing::debug!("connection refused: MAX_CONNECTIONS_PER_CLIENT reached");
+                drop(stream);
+                continue;
+            }
+            *n += 1;
+            Some((clients.clone(), key))
+        } else {
+            None
+        };
+        let guard = Open(open.clone(), per_client);
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone().map_request(move |r: hyper::Request<Incoming>| {
             let mut r = r.map(axum::body::Body::new);

@@ -425,3 +425,36 @@ async fn a_relay_whose_open_file_limit_is_low_serves_fewer_connections_and_says_
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn one_client_address_cannot_take_every_connection_unless_a_proxy_is_in_front() {
+    let open_idle = |relay: &Relay, n: usize| {
+        let addr = relay.url.trim_start_matches("http://").to_owned();
+        async move {
+            let mut held = Vec::new();
+            for _ in 0..n {
+                held.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            held
+        }
+    };
+    let direct = Relay::start(&[("MAX_CONNECTIONS_PER_CLIENT", "5"), ("METRICS_ADDR", "127.0.0.1:0")]);
+    let held = open_idle(&direct, 8).await;
+    let metrics = format!("{}/metrics", direct.metrics_url.as_deref().unwrap());
+    let text = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
+    assert!(text.contains(r#"simplysync_rejections_total{reason="connections_per_client"} 3"#), "{text}");
+    drop(held);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(direct.get("/health", None).await.status, 200, "closed connections give their places back");
+    // Behind a proxy every connection comes from the proxy's address: no cap per address.
+    let proxied = Relay::start(&[
+        ("MAX_CONNECTIONS_PER_CLIENT", "5"),
+        ("CLIENT_IP_HEADER", "X-Forwarded-For"),
+        ("METRICS_ADDR", "127.0.0.1:0"),
+    ]);
+    let _held = open_idle(&proxied, 8).await;
+    let metrics = format!("{}/metrics", proxied.metrics_url.as_deref().unwrap());
+    let text = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
+    assert!(!text.contains("connections_per_client"), "{text}");
+}
