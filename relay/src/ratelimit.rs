@@ -104,7 +104,11 @@ impl RateLimit {
                 b.pending > 0 || b.tokens + minutes * per_minute < burst
             });
             if map.len() >= MAX_ADDRESSES {
-                if let Some(oldest) = map.iter().min_by_key(|(_, b)| b.at).map(|(k, _)| *k) {
+                // Never a bucket with a reservation in progress (its settling would count
+                // against a newcomer's).
+                if let Some(oldest) =
+                    map.iter().filter(|(_, b)| b.pending == 0).min_by_key(|(_, b)| b.at).map(|(k, _)| *k)
+                {
                     map.remove(&oldest);
                 }
             }

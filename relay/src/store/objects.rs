@@ -59,8 +59,8 @@ pub struct ObjectBlobs {
     /// The last key the orphan sweep examined (None: start from the first).
     sweep_after: Mutex<Option<Path>>,
     claim_hold: Option<Duration>,
-    /// When the object store last answered a readiness probe.
-    object_store_seen: Mutex<Option<Instant>>,
+    /// When the object store was last probed for readiness, and whether it answered.
+    object_store_seen: Mutex<Option<(Instant, bool)>>,
 }
 
 /// What one sweep pass did.
@@ -482,23 +482,28 @@ impl RelayStore for ObjectBlobs {
 
     fn ready(&self) -> Result<(), StoreError> {
         self.inner.ready()?;
-        // One request to the bucket per couple of seconds at most, however often probes come.
-        let mut last = self.object_store_seen.lock().unwrap_or_else(|p| p.into_inner());
-        if last.is_some_and(|at| at.elapsed() < Duration::from_secs(2)) {
-            return Ok(());
+        // One request to the bucket per couple of seconds at most, however often probes come;
+        // its answer (either way) is reused meanwhile, and no probe waits behind another's.
+        let cached = *self.object_store_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, answered)) = cached.filter(|(at, _)| at.elapsed() < Duration::from_secs(2)) {
+            return if answered {
+                Ok(())
+            } else {
+                Err(StoreError::Busy("the object store did not answer; try again".into()))
+            };
         }
         let probe = match self.prefix.is_empty() {
             true => Path::from(".ready"),
             false => Path::from(format!("{}/.ready", self.prefix)),
         };
-        self.call_until(Some(Instant::now() + Duration::from_secs(5)), async {
+        let answer = self.call_until(Some(Instant::now() + Duration::from_secs(5)), async {
             match self.objects.head(&probe).await {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                 Err(e) => Err(object_error(e)),
             }
-        })?;
-        *last = Some(Instant::now());
-        Ok(())
+        });
+        *self.object_store_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), answer.is_ok()));
+        answer
     }
 
     fn stats(&self) -> Result<RelayStats, StoreError> {
