@@ -68,13 +68,17 @@ impl RateLimit {
 
     /// Uses a token of `addr` (it may go negative: a burst of failures costs its time).
     pub fn spend(&self, addr: IpAddr) {
-        let addr = client_key(addr);
+        self.with_bucket(client_key(addr), |b| b.tokens = (b.tokens - 1.0).max(-self.burst));
+    }
+
+    /// Runs `f` on `key`'s bucket, refilled to now (made, room made for it, if new).
+    fn with_bucket<T>(&self, key: IpAddr, f: impl FnOnce(&mut Bucket) -> T) -> T {
         let now = Instant::now();
         let mut map = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        self.make_room(&mut map, addr, now);
-        let b = map.entry(addr).or_insert(Bucket { tokens: self.burst, at: now, pending: 0 });
+        self.make_room(&mut map, key, now);
+        let b = map.entry(key).or_insert(Bucket { tokens: self.burst, at: now, pending: 0 });
         self.refill(b, now);
-        b.tokens = (b.tokens - 1.0).max(-self.burst);
+        f(b)
     }
 
     /// Takes a token of `addr` for an attempt whose outcome is not known yet, in one step with
@@ -82,16 +86,12 @@ impl RateLimit {
     /// token is spent if the attempt [`Reservation::commit`]s, returned if it is dropped.
     pub fn reserve(self: &Arc<Self>, addr: IpAddr) -> Option<Reservation> {
         let addr = client_key(addr);
-        let now = Instant::now();
-        let mut map = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
-        self.make_room(&mut map, addr, now);
-        let b = map.entry(addr).or_insert(Bucket { tokens: self.burst, at: now, pending: 0 });
-        self.refill(b, now);
-        if b.tokens - f64::from(b.pending) < 1.0 {
-            return None;
-        }
-        b.pending += 1;
-        Some(Reservation { limit: self.clone(), addr, spent: false })
+        let spare = self.with_bucket(addr, |b| {
+            let spare = b.tokens - f64::from(b.pending) >= 1.0;
+            b.pending += u32::from(spare);
+            spare
+        });
+        spare.then(|| Reservation { limit: self.clone(), addr, spent: false })
     }
 
     /// Makes room for `addr` in a full table.
