@@ -15,6 +15,10 @@ const { Engine, takePanicMessage, wipeDatabase } = wasm;
 const SECRET_CALLS = new Set(['createMnemonic', 'createRecoveryKey', 'validateSecret', 'ownerIdOf']);
 
 const ready = init();
+// Each call awaits `ready` and answers its failure (a CSP without 'wasm-unsafe-eval'); until the
+// first call comes, nothing else may see the rejection as unhandled — Chromium reports that on
+// the page as an uncaught error.
+ready.catch(() => {});
 let engine = null;
 let opener = null;
 let dbName = null;
