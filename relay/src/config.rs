@@ -27,7 +27,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_EVENTS_PER_PUSH", "1000", "most envelopes in one push (more: 413)"),
     ("MAX_EVENT_BYTES", "262144", "largest envelope, as stored JSON (larger: 413)"),
     ("MAX_OWNER_BYTES", "1073741824", "per-owner quota over events + blobs (exceeding: 413)"),
-    ("MAX_TOTAL_BYTES", "10737418240", "ceiling over all owners (exceeding: 413)"),
+    ("MAX_TOTAL_BYTES", "10737418240", "ceiling over all owners, each owner's records counted as 4 KiB besides its bytes (exceeding: 413; a registration that would pass it is refused)"),
     ("MAX_BLOB_BYTES", "1048576", "largest blob chunk (larger: 413)"),
     ("MAX_EVENTS_PER_PULL", "1000", "upper clamp of a pull's limit"),
     ("DEFAULT_EVENTS_PER_PULL", "500", "limit of a pull that gives none"),
@@ -46,6 +46,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
     ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
     ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
+    ("CLIENT_BYTES_PER_HOUR", "4294967296", "bytes of pushes and blob chunks one client address (an IPv6 client by its /64) may send per hour, an hour's worth at once; past it, writes get 429 with Retry-After; 0: no budget"),
     ("LIVE_MAX_WAITERS", "MAX_CONNECTIONS − max(MAX_CONNECTIONS/6, 16) (10000)", "long-polls (GET /v1/events/wait) one process holds at once; more get 503; 0 turns live notices off; at most MAX_CONNECTIONS − 16"),
     ("LIVE_MAX_WAITERS_PER_OWNER", "16", "long-polls one owner may hold at once; more get 429"),
     (
@@ -134,6 +135,8 @@ pub struct Admission {
     pub registrations_per_minute: u32,
     /// Per-client-address limits: failed authentications per minute.
     pub auth_failures_per_minute: u32,
+    /// Per-client-address limits: bytes of push bodies and blob chunks per hour (0: none).
+    pub client_bytes_per_hour: u64,
     /// Header that carries the client address (behind a trusted proxy).
     pub client_ip_header: Option<String>,
     /// Long-polls held at once.
@@ -153,6 +156,7 @@ impl Default for Admission {
             idle_timeout_ms: 60_000,
             registrations_per_minute: 10,
             auth_failures_per_minute: 30,
+            client_bytes_per_hour: 4 << 30,
             client_ip_header: None,
             live_max_waiters: 10_000,
             live_max_waiters_per_owner: 16,
@@ -311,6 +315,7 @@ impl Config {
             idle_timeout_ms: num(&lookup, "IDLE_TIMEOUT_MS", a.idle_timeout_ms, 100)?,
             registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,
             auth_failures_per_minute: num(&lookup, "AUTH_FAILURES_PER_MINUTE", a.auth_failures_per_minute, 1)?,
+            client_bytes_per_hour: num(&lookup, "CLIENT_BYTES_PER_HOUR", a.client_bytes_per_hour, 0)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
             live_max_waiters: 0,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,

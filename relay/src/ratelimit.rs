@@ -1,6 +1,7 @@
-//! Per-client-address token buckets: new owner registrations and failed authentications.
-//! Each address gets `per_minute` tokens a minute, up to a burst of 3×; an address that has
-//! none left is answered 429 with `Retry-After`. The table is bounded: full, it forgets the
+//! Per-client-address token buckets: new owner registrations and failed authentications (each
+//! address gets `per_minute` tokens a minute, up to a burst of 3×), and the bytes an address
+//! writes (`CLIENT_BYTES_PER_HOUR`, an hour's worth at once: one token per byte). An address
+//! that has none left is answered 429 with `Retry-After`. The table is bounded: full, it forgets the
 //! addresses whose buckets refilled (they hold no state worth keeping), then the oldest.
 //!
 //! An IPv6 client is keyed by its /64: one subscriber gets a whole /64 and can pick any of its
@@ -56,6 +57,12 @@ impl RateLimit {
         b.at = now;
     }
 
+    /// A byte budget: `per_hour` bytes an hour, all of them at once if unspent.
+    pub fn bytes_per_hour(per_hour: u64) -> RateLimit {
+        let per_hour = (per_hour.max(1)) as f64;
+        RateLimit { per_minute: per_hour / 60.0, burst: per_hour, buckets: Mutex::new(HashMap::new()) }
+    }
+
     /// `None` if `addr` has a token left now; else how long until it has one.
     pub fn check(&self, addr: IpAddr) -> Option<Duration> {
         let addr = client_key(addr);
@@ -68,7 +75,13 @@ impl RateLimit {
 
     /// Uses a token of `addr` (it may go negative: a burst of failures costs its time).
     pub fn spend(&self, addr: IpAddr) {
-        self.with_bucket(client_key(addr), |b| b.tokens = (b.tokens - 1.0).max(-self.burst));
+        self.spend_n(addr, 1);
+    }
+
+    /// Uses `n` tokens of `addr` (a byte budget: the bytes of a body that was let in while the
+    /// budget had any left; it may go negative by that much, at most one burst).
+    pub fn spend_n(&self, addr: IpAddr, n: u64) {
+        self.with_bucket(client_key(addr), |b| b.tokens = (b.tokens - n as f64).max(-self.burst));
     }
 
     /// Runs `f` on `key`'s bucket, refilled to now (made, room made for it, if new).
@@ -183,6 +196,18 @@ mod tests {
             limit.spend("::ffff:10.1.2.3".parse().unwrap());
         }
         assert!(limit.check("10.1.2.3".parse().unwrap()).is_some());
+    }
+
+    #[test]
+    fn a_byte_budget_lets_an_hours_worth_through_at_once_then_refuses_until_it_refills() {
+        let limit = RateLimit::bytes_per_hour(3600 * 1000); // 1000 bytes a second
+        let a: IpAddr = "10.0.0.5".parse().unwrap();
+        limit.spend_n(a, 3600 * 1000 - 1);
+        assert_eq!(limit.check(a), None, "a byte is left");
+        limit.spend_n(a, 8 * 1000); // the body that was let in with a byte left
+        let wait = limit.check(a).expect("spent");
+        assert!(wait >= Duration::from_millis(7900) && wait <= Duration::from_secs(9), "{wait:?}");
+        assert_eq!(limit.check("10.0.0.6".parse().unwrap()), None, "another address has its own budget");
     }
 
     #[test]

@@ -458,3 +458,37 @@ async fn one_client_address_cannot_take_every_connection_unless_a_proxy_is_in_fr
     let text = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
     assert!(!text.contains("connections_per_client"), "{text}");
 }
+
+#[tokio::test]
+async fn an_address_that_sent_its_hours_bytes_gets_429_for_writes_while_reads_and_other_addresses_pass() {
+    let relay = Relay::start(&[("CLIENT_BYTES_PER_HOUR", "3000"), ("CLIENT_IP_HEADER", "X-Forwarded-For")]);
+    let alice = Owner::new();
+    let body_len = json!({"ownerId": alice.owner_id(), "events": [alice.event("a", 1)]}).to_string().len();
+    let mut passed = 0;
+    let refused = loop {
+        let r = push_from(&relay, "10.0.0.1", &alice, alice.token()).await;
+        if r.status != 200 {
+            break r;
+        }
+        passed += 1;
+        assert!(passed * body_len <= 3000 + body_len, "{passed} pushes of {body_len} bytes passed a 3000-byte budget");
+    };
+    refused.assert_error(429, "rate_limited");
+    assert!(passed * body_len >= 3000, "refused after {passed} pushes of {body_len} bytes");
+    let wait: u64 = refused.headers["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!(wait >= 1, "{wait}");
+    // A blob chunk from that address waits too; reading does not; another address writes.
+    let bytes = b"a chunk".to_vec();
+    let hash = simplysync_protocol::identity::sha256_base64url(&bytes);
+    let put = client()
+        .put(format!("{}/v1/blobs/{hash}?ownerId={}", relay.url, alice.owner_id()))
+        .header("Authorization", format!("Bearer {}", alice.token()))
+        .header("X-Forwarded-For", "10.0.0.1")
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 429);
+    assert_eq!(relay.pull(&alice, "", None).await.status, 200);
+    assert_eq!(push_from(&relay, "10.0.0.2", &alice, alice.token()).await.status, 200);
+}

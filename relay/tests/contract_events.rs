@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Owner, Relay};
+use common::{backend, Backend, Owner, Relay};
 use serde_json::json;
 use simplysync_protocol::{decrypt_envelope, SyncEnvelope};
 
@@ -101,8 +101,9 @@ async fn exceeding_the_owner_quota_is_413_commits_nothing_and_charges_nothing() 
 
 #[tokio::test]
 async fn exceeding_max_total_bytes_over_all_owners_is_413() {
-    // Each event is about 1.75 kB stored; the per-owner quota is far away.
-    let relay = Relay::start(&[("MAX_TOTAL_BYTES", "5000")]);
+    // Each event is about 1.75 kB stored, and each owner's records count 4 KiB; the per-owner
+    // quota is far away.
+    let relay = Relay::start(&[("MAX_TOTAL_BYTES", &(5000 + 2 * OWNER_OVERHEAD).to_string())]);
     let alice = Owner::new();
     let bob = Owner::new();
     assert_eq!(relay.push(&alice, &[alice.event_sized("a", 1, 1000)]).await.status, 200);
@@ -110,6 +111,36 @@ async fn exceeding_max_total_bytes_over_all_owners_is_413() {
     let r = relay.push(&bob, &[bob.event_sized("c", 2, 1000)]).await;
     r.assert_error(413, "quota_exceeded");
     assert!(r.json()["message"].as_str().unwrap().contains("MAX_TOTAL_BYTES"));
+}
+
+/// What each owner's records count against `MAX_TOTAL_BYTES` (the relay's `OWNER_OVERHEAD_BYTES`).
+const OWNER_OVERHEAD: u64 = 4096;
+
+#[tokio::test]
+async fn each_owner_counts_its_records_against_max_total_bytes_so_owners_storing_little_cannot_fill_a_relay() {
+    let first = Owner::new();
+    let probe = Relay::start(&[]);
+    assert_eq!(probe.push(&first, &[first.event("a", 1)]).await.status, 200);
+    let event_bytes = probe.status_of(&first).await.json()["account"]["usedBytes"].as_u64().unwrap();
+    // Room for three owners' records and one small event each, and not for a fourth owner.
+    let room = 3 * (OWNER_OVERHEAD + event_bytes) + OWNER_OVERHEAD / 2;
+    // Exact within one process; across processes the ceiling is approximate (docs/relay.md).
+    let one_process = match backend() {
+        Backend::Postgres3 => Backend::Postgres,
+        other => other,
+    };
+    let relay = Relay::start_on(one_process, &[("MAX_TOTAL_BYTES", &room.to_string())]);
+    let owners: Vec<Owner> = (0..4).map(|_| Owner::new()).collect();
+    for o in &owners[..3] {
+        assert_eq!(relay.push(o, &[o.event("a", 1)]).await.status, 200);
+    }
+    let r = relay.push(&owners[3], &[owners[3].event("a", 1)]).await;
+    r.assert_error(413, "quota_exceeded");
+    assert!(r.json()["message"].as_str().unwrap().contains("MAX_TOTAL_BYTES"), "{:?}", r.json());
+    // The refused owner was not registered, and the charge is not the owner's own usage.
+    assert_eq!(relay.status_of(&owners[3]).await.status, 404, "an unknown owner");
+    let used = relay.status_of(&owners[0]).await.json()["account"]["usedBytes"].as_u64().unwrap();
+    assert_eq!(used, event_bytes);
 }
 
 #[tokio::test]

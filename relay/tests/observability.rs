@@ -220,7 +220,8 @@ async fn compaction_running_during_pushes_keeps_every_rows_newest_version() {
 
 #[tokio::test]
 async fn writes_refused_by_a_quota_are_counted_by_quota() {
-    let relay = Relay::start(&[("MAX_OWNER_BYTES", "4000"), ("MAX_TOTAL_BYTES", "5000")]);
+    // Two owners' records count 2 × 4 KiB of MAX_TOTAL_BYTES besides their events.
+    let relay = Relay::start(&[("MAX_OWNER_BYTES", "4000"), ("MAX_TOTAL_BYTES", "13192")]);
     let (alice, bob) = (Owner::new(), Owner::new());
     assert_eq!(relay.push(&alice, &[alice.event_sized("a", 1, 1000)]).await.status, 200);
     let over_the_owner_quota: Vec<SyncEnvelope> =

@@ -59,7 +59,20 @@ pub(crate) fn is_token_route(route: &str) -> bool {
     route == "/metrics" || route == "/ops" || route.starts_with("/ops/")
 }
 
-/// Checks the declared size, the client's failed authentications and the in-flight budget.
+/// The routes whose bodies are stored: a push and a blob chunk (`CLIENT_BYTES_PER_HOUR`).
+fn is_write_route(method: &Method, route: &str) -> bool {
+    matches!((method, route), (&Method::POST, "/v1/events") | (&Method::PUT, "/v1/blobs/{hash}"))
+}
+
+/// Charges `bytes` of a write's body to `client`'s byte budget, if there is one.
+pub(super) fn charge_bytes(st: &AppState, client: ClientIp, bytes: usize) {
+    if let (Some(limit), Some(ip)) = (&st.client_bytes, client.0) {
+        limit.spend_n(ip, bytes as u64);
+    }
+}
+
+/// Checks the declared size, the client's failed authentications and byte budget, and the
+/// in-flight budget.
 pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Response {
     let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |p| p.as_str()).to_owned();
     let limit = body_limit(&st, req.method(), &route);
@@ -77,6 +90,24 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
                 st.metrics.record_rejection("rate_limited_auth");
                 return ApiError::RateLimited {
                     message: "too many failed authentications from this client; try again later".into(),
+                    retry_after: wait.as_secs().max(1),
+                }
+                .into_response();
+            }
+        }
+    }
+    // Writes: an address that has sent its hour's bytes waits (checked before the body is read;
+    // the handler charges what it read).
+    if is_write_route(req.method(), &route) {
+        if let (Some(limit), Some(ClientIp(Some(ip)))) = (&st.client_bytes, req.extensions().get::<ClientIp>().copied())
+        {
+            if let Some(wait) = limit.check(ip) {
+                st.metrics.record_rejection("rate_limited_bytes");
+                return ApiError::RateLimited {
+                    message: format!(
+                        "this client sent its CLIENT_BYTES_PER_HOUR ({} bytes) of writes; try again later",
+                        st.admission.client_bytes_per_hour
+                    ),
                     retry_after: wait.as_secs().max(1),
                 }
                 .into_response();

@@ -59,6 +59,7 @@ pub async fn put(
         return Ok((Owner(t.owner), axum::Json(BlobPutResponse { stored: true, duplicate: true })).into_response());
     }
     let bytes = body_bytes(&headers, body, st.limits.max_blob_bytes, "the blob chunk").await?;
+    super::admission::charge_bytes(&st, client, bytes.len());
     if bytes.is_empty() {
         return Err(ApiError::BadRequest("the blob chunk is empty".into()));
     }

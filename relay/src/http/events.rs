@@ -208,6 +208,7 @@ pub async fn push(
     let (parts, body) = req.into_parts();
     let token = bearer(&parts.headers)?;
     let bytes = body_bytes(&parts.headers, body, st.limits.max_request_bytes, "the push body").await?;
+    super::admission::charge_bytes(&st, client, bytes.len());
     let (now, task_state) = (now_iso(), st.clone());
     // Parse, authenticate, validate and store on one blocking thread: a push's thousands of
     // strings are allocated and freed where they are used, with one hand-off instead of four.

@@ -52,6 +52,8 @@ pub struct AppState {
     pub registrations: Arc<RateLimit>,
     /// Per-address limit on failed authentications.
     pub auth_failures: Arc<RateLimit>,
+    /// Per-address budget of bytes written (`CLIENT_BYTES_PER_HOUR`; None: no budget).
+    pub client_bytes: Option<Arc<RateLimit>>,
     /// Ops bearer token (None: ops disabled).
     pub admin_token: Option<Arc<str>>,
     /// Bearer token `/metrics` requires (None: open).

@@ -81,6 +81,13 @@ pub fn authorize(stored_token_hash: &str, closed: bool, token_hash: &str) -> Res
     Ok(())
 }
 
+/// What each registered owner counts against `MAX_TOTAL_BYTES` besides the bytes it stores: its
+/// records (owner row, token hash, counters, index entries, a page's worth). Without it, owners
+/// that store nothing could be registered without end and fill a relay for everyone else;
+/// with it, `MAX_TOTAL_BYTES` bounds them too. Owners are never deleted (a closed owner's row
+/// stays), so neither is their charge.
+pub const OWNER_OVERHEAD_BYTES: u64 = 4096;
+
 /// Refuses `adding` bytes past the owner's quota or the relay-wide ceiling.
 pub fn check_quota(quotas: sqlite::Quotas, owner_used: u64, total_used: u64, adding: u64) -> Result<(), StoreError> {
     if owner_used + adding > quotas.max_owner_bytes {

@@ -36,6 +36,16 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use super::sqlite::{Quotas, Registration};
+use super::OWNER_OVERHEAD_BYTES;
+
+/// What registering counts against `MAX_TOTAL_BYTES` ([`OWNER_OVERHEAD_BYTES`]), if this write did.
+fn charge_of(registered: bool) -> i64 {
+    if registered {
+        OWNER_OVERHEAD_BYTES as i64
+    } else {
+        0
+    }
+}
 use super::{
     BlobData, BlobPresence, BlobPutOutcome, CheckpointReport, CompactionReport, Deadline, MayRegister, NewEvent,
     OwnerState, PullPage, PushOutcome, Refusal, RelayStats, RelayStore, StoreError,
@@ -329,20 +339,27 @@ impl PgStore {
         Ok((owner.stored_bytes, inserted == 1))
     }
 
-    /// The relay-wide byte total, re-read at most every [`TOTAL_REFRESH`].
-    async fn total_bytes(&self, c: &impl GenericClient) -> Result<i64, StoreError> {
+    /// The relay-wide total a write in `c` is checked against — bytes stored plus each owner's
+    /// [`OWNER_OVERHEAD_BYTES`], the owner `c` is registering (`registering`) included —
+    /// re-read at most every [`TOTAL_REFRESH`].
+    async fn total_bytes(&self, c: &impl GenericClient, registering: bool) -> Result<i64, StoreError> {
         {
             let t = self.total.lock().unwrap_or_else(|p| p.into_inner());
             if t.1.is_some_and(|at| at.elapsed() < TOTAL_REFRESH) {
-                return Ok(t.0 + t.2);
+                return Ok(t.0 + t.2 + charge_of(registering));
             }
         }
         let sum: i64 = c
-            .query_one("SELECT coalesce(sum(stored_bytes), 0)::BIGINT FROM owners", &[])
+            .query_one(
+                "SELECT (coalesce(sum(stored_bytes), 0) + count(*) * $1)::BIGINT FROM owners",
+                &[&(OWNER_OVERHEAD_BYTES as i64)],
+            )
             .await
             .map_err(pg_error)?
-            .get(0);
-        *self.total.lock().unwrap_or_else(|p| p.into_inner()) = (sum, Some(Instant::now()), 0);
+            .get::<_, i64>(0);
+        // The sum saw this transaction's own new owner row: the cache keeps what is committed.
+        let committed = sum - charge_of(registering);
+        *self.total.lock().unwrap_or_else(|p| p.into_inner()) = (committed, Some(Instant::now()), 0);
         Ok(sum)
     }
 
@@ -416,7 +433,7 @@ impl PgStore {
             }
         }
         let added: i64 = fresh.iter().map(|e| e.json.len() as i64).sum();
-        let total = self.total_bytes(&tx).await?;
+        let total = self.total_bytes(&tx, registered).await?;
         self.check_quota(owner_bytes, total, added)?;
         if !fresh.is_empty() {
             let stream_ids: Vec<&str> = fresh.iter().filter_map(|e| e.stream_id.as_deref()).collect();
@@ -486,7 +503,7 @@ impl PgStore {
             .map_err(pg_error)?;
         }
         tx.commit().await.map_err(pg_error)?;
-        self.added_total(added);
+        self.added_total(added + charge_of(registered));
         self.adjust_totals([i64::from(registered), 0, out.accepted as i64, 0, added]);
         Ok(out)
     }
@@ -705,6 +722,7 @@ impl RelayStore for PgStore {
                     .is_some();
                 if raced {
                     tx.commit().await.map_err(pg_error)?;
+                    self.added_total(charge_of(registered));
                     self.adjust_totals([i64::from(registered), 0, 0, 0, 0]);
                     return Ok(BlobPutOutcome { duplicate: true, registered });
                 }
@@ -716,7 +734,7 @@ impl RelayStore for PgStore {
                 passed(deadline)?;
             }
             let (size, bytes) = (data.size() as i64, data.stored());
-            let total = self.total_bytes(&tx).await?;
+            let total = self.total_bytes(&tx, registered).await?;
             self.check_quota(owner_bytes, total, size)?;
             tx.execute(
                 "INSERT INTO blobs (owner_id, hash, data, bytes, created_at) VALUES ($1, $2, $3, $4, $5)",
@@ -731,7 +749,7 @@ impl RelayStore for PgStore {
             .await
             .map_err(pg_error)?;
             tx.commit().await.map_err(pg_error)?;
-            self.added_total(size);
+            self.added_total(size + charge_of(registered));
             self.adjust_totals([i64::from(registered), 0, 0, 1, size]);
             Ok(BlobPutOutcome { duplicate: false, registered })
         })

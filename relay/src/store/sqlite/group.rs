@@ -21,7 +21,7 @@ use std::time::Instant;
 
 use rusqlite::{params, Connection};
 
-use super::owners::{apply, check_quota, owner_or_register, Delta};
+use super::owners::{apply, charged_total, check_quota, owner_or_register, Delta};
 use super::schema::{meta_u64, set_meta};
 use super::{indexer, lock, streams, SqliteStore};
 use crate::store::{Deadline, MayRegister, NewEvent, PushOutcome, StoreError};
@@ -193,7 +193,7 @@ impl SqliteStore {
                 }
             }
         }
-        check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, out.added_bytes)?;
+        check_quota(quotas, owner.stored_bytes, charged_total(tx)?, out.added_bytes)?;
         if seq != head_before {
             set_meta(tx, "seq", &(seq as i64))?;
             tx.prepare_cached("UPDATE owners SET head_seq = ?2 WHERE owner_id = ?1")?

@@ -32,7 +32,7 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use simplysync_protocol::wire::{AccountInfo, CloseResponse, CompactResponse};
 
 pub use owners::Registration;
-use owners::{apply, check_quota, existing_owner, owner_or_register, owner_row, Delta};
+use owners::{apply, charged_total, check_quota, existing_owner, owner_or_register, owner_row, Delta};
 use schema::{bump, meta_get, meta_u64, set_meta, COUNTERS};
 
 use super::{
@@ -493,7 +493,7 @@ impl RelayStore for SqliteStore {
                 return Err(super::object_being_swept());
             }
             let (size, bytes) = (data.size(), data.stored());
-            check_quota(quotas, owner.stored_bytes, meta_u64(tx, "total_bytes")?, size)?;
+            check_quota(quotas, owner.stored_bytes, charged_total(tx)?, size)?;
             tx.prepare_cached(
                 "INSERT INTO blobs (owner_id, hash, data, bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)",
             )?

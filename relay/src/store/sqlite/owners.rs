@@ -5,7 +5,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::schema::{bump, meta_u64};
 pub(super) use crate::store::check_quota;
-use crate::store::{MayRegister, Refusal, StoreError};
+use crate::store::{MayRegister, Refusal, StoreError, OWNER_OVERHEAD_BYTES};
 
 /// Who may register (trust on first use).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +108,13 @@ pub(super) fn owner_or_register(
         .query_row(params![owner_id, token_hash, now], |r| r.get(0))?;
     bump(conn, "owners", 1)?;
     Ok(WriteOwner { key, stored_bytes: 0, registered: true })
+}
+
+/// The relay-wide total a write is checked against: the bytes stored, plus every registered
+/// owner's [`OWNER_OVERHEAD_BYTES`] (an owner registered by this transaction included).
+pub(super) fn charged_total(conn: &Connection) -> Result<u64, StoreError> {
+    let owners = meta_u64(conn, "owners")?;
+    Ok(meta_u64(conn, "total_bytes")?.saturating_add(owners.saturating_mul(OWNER_OVERHEAD_BYTES)))
 }
 
 /// What a write changed for one owner: bytes, events and streams (each may be negative).
