@@ -42,7 +42,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("IDLE_TIMEOUT_MS", "60000", "a connection with no byte read or written for this long is closed"),
     ("REQUEST_TIMEOUT_MS", "30000", "a request (body included) taking longer gets 408"),
     ("SHUTDOWN_TIMEOUT_MS", "20000", "on SIGTERM, in-flight requests get this long to finish"),
-    ("REGISTRATION", "open", "open, or closed: only owners already known may push"),
+    ("REGISTRATION", "open", "open; closed: only owners already known may push; token: a new owner needs a token signed by a key of REGISTRATION_KEYS (docs/relay.md)"),
+    ("REGISTRATION_KEYS", "(unset)", "with REGISTRATION=token: the Ed25519 public keys (base64url, comma-separated) whose tokens register owners (`simplysync-relay registration-key` makes a pair)"),
     ("MAX_OWNERS", "(unset)", "most owners this relay registers"),
     ("REGISTRATIONS_PER_MINUTE", "10", "new owners one client address may register per minute (burst: 3×)"),
     ("AUTH_FAILURES_PER_MINUTE", "30", "failed authentications one client address may make per minute (burst: 3×)"),
@@ -202,8 +203,10 @@ pub struct Config {
     pub request_timeout_ms: u64,
     /// Time in-flight requests get on shutdown, ms.
     pub shutdown_timeout_ms: u64,
-    /// `REGISTRATION=open` (true) or `closed`.
+    /// `REGISTRATION=open` or `token` (true), or `closed`.
     pub registration_open: bool,
+    /// `REGISTRATION=token`: the keys of `REGISTRATION_KEYS`.
+    pub registration_keys: Option<crate::registration::RegistrationKeys>,
     /// `MAX_OWNERS`.
     pub max_owners: Option<u64>,
     /// Scheduled compaction period in ms; 0 disables it.
@@ -352,14 +355,23 @@ impl Config {
                 ),
             });
         }
-        let registration_open = match lookup("REGISTRATION").as_deref().map(str::trim) {
-            None | Some("open") => true,
-            Some("closed") => false,
+        let (registration_open, registration_keys) = match lookup("REGISTRATION").as_deref().map(str::trim) {
+            None | Some("open") => (true, None),
+            Some("closed") => (false, None),
+            Some("token") => {
+                let value = lookup("REGISTRATION_KEYS").unwrap_or_default();
+                let keys = crate::registration::RegistrationKeys::parse(&value).map_err(|reason| ConfigError {
+                    name: "REGISTRATION_KEYS",
+                    value: value.clone(),
+                    reason,
+                })?;
+                (true, Some(keys))
+            }
             Some(other) => {
                 return Err(ConfigError {
                     name: "REGISTRATION",
                     value: other.into(),
-                    reason: "expected open or closed".into(),
+                    reason: "expected open, closed or token".into(),
                 })
             }
         };
@@ -426,6 +438,7 @@ impl Config {
             request_timeout_ms: num(&lookup, "REQUEST_TIMEOUT_MS", 30_000u64, 1)?,
             shutdown_timeout_ms: num(&lookup, "SHUTDOWN_TIMEOUT_MS", 20_000u64, 0)?,
             registration_open,
+            registration_keys,
             max_owners: optional_num(&lookup, "MAX_OWNERS", 0)?,
             compaction_interval_ms: num(&lookup, "COMPACTION_INTERVAL_MS", 21_600_000u64, 0)?,
             admin_token: token(&lookup, "ADMIN_TOKEN")?,

@@ -16,6 +16,7 @@ pub mod live;
 pub mod metrics;
 pub mod net;
 pub mod ratelimit;
+pub mod registration;
 pub mod store;
 
 use std::future::Future;
@@ -132,6 +133,7 @@ pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
         budget: Arc::new(Budget::new(a.max_in_flight_requests, a.max_in_flight_bytes)),
         registrations: Arc::new(RateLimit::new(a.registrations_per_minute)),
         auth_failures: Arc::new(RateLimit::new(a.auth_failures_per_minute)),
+        registration_keys: config.registration_keys.clone().map(Arc::new),
         client_bytes: (a.client_bytes_per_hour > 0)
             .then(|| Arc::new(RateLimit::bytes_per_hour(a.client_bytes_per_hour))),
         admin_token: config.admin_token.as_deref().map(Arc::from),

@@ -29,6 +29,42 @@ enum Command {
         #[arg(long)]
         from: std::path::PathBuf,
     },
+    /// Make an Ed25519 key pair for REGISTRATION=token: prints {"publicKey", "signingKey"}.
+    /// The public key goes in REGISTRATION_KEYS; keep the signing key on the app's server.
+    RegistrationKey,
+    /// Sign a registration token with the signing key in FILE (as `registration-key` printed
+    /// it): what the app's server hands a signed-in user's engine. Prints the token.
+    RegistrationToken {
+        /// File holding the signing key (base64url).
+        #[arg(long)]
+        signing_key_file: std::path::PathBuf,
+        /// Seconds the token stays valid.
+        #[arg(long, default_value_t = 3600)]
+        ttl_secs: u64,
+        /// Valid for this owner id only (else for any owner until it expires).
+        #[arg(long)]
+        owner: Option<String>,
+    },
+}
+
+/// `registration-key` and `registration-token`: they need no configuration.
+fn registration_command(command: &Command) -> Option<Result<String, String>> {
+    use simplysync_relay::registration::SigningKey;
+    match command {
+        Command::RegistrationKey => {
+            Some(SigningKey::generate().map(|(key, seed)| {
+                serde_json::json!({ "publicKey": key.public_key(), "signingKey": seed }).to_string()
+            }))
+        }
+        Command::RegistrationToken { signing_key_file, ttl_secs, owner } => Some((|| {
+            let seed = std::fs::read_to_string(signing_key_file)
+                .map_err(|e| format!("cannot read {}: {e}", signing_key_file.display()))?;
+            let key = SigningKey::from_seed(&seed)?;
+            let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_err(|e| e.to_string())?;
+            Ok(key.token(now.as_secs().saturating_add(*ttl_secs), owner.as_deref()))
+        })()),
+        _ => None,
+    }
 }
 
 fn settings_help() -> String {
@@ -74,6 +110,18 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
+    if let Some(result) = cli.command.as_ref().and_then(registration_command) {
+        return match result {
+            Ok(out) => {
+                println!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("simplysync-relay: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let config = match Config::from_env() {
         Ok(c) => c,
         Err(e) => {
@@ -143,6 +191,8 @@ fn main() -> ExitCode {
                 );
                 Ok(())
             }
+            // Answered before the configuration was read.
+            Command::RegistrationKey | Command::RegistrationToken { .. } => Ok(()),
             Command::RotateEpoch => {
                 let failed = |source| simplysync_relay::RelayError::Store {
                     path: simplysync_relay::store_location(&config),

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{client, Owner, Relay, Resp};
+use common::{client, Owner, Relay, Resp, TempDir};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -491,4 +491,90 @@ async fn an_address_that_sent_its_hours_bytes_gets_429_for_writes_while_reads_an
     assert_eq!(put.status().as_u16(), 429);
     assert_eq!(relay.pull(&alice, "", None).await.status, 200);
     assert_eq!(push_from(&relay, "10.0.0.2", &alice, alice.token()).await.status, 200);
+}
+
+/// The relay binary's `registration-key` / `registration-token` commands, as an operator runs them.
+fn relay_command(args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_simplysync-relay")).args(args).output().unwrap();
+    assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A push carrying `token` in `X-SimplySync-Registration`, if any.
+async fn push_with_token(relay: &Relay, owner: &Owner, token: Option<&str>) -> Resp {
+    let body = json!({"ownerId": owner.owner_id(), "events": [owner.event("a", 1)]}).to_string();
+    let mut req = client()
+        .post(format!("{}/v1/events", relay.url))
+        .header("Authorization", format!("Bearer {}", owner.token()))
+        .header("Content-Type", "application/json");
+    if let Some(t) = token {
+        req = req.header("X-SimplySync-Registration", t);
+    }
+    let r = req.body(body).send().await.unwrap();
+    let (status, headers) = (r.status(), r.headers().clone());
+    Resp { status, headers, bytes: r.bytes().await.unwrap().to_vec() }
+}
+
+#[tokio::test]
+async fn with_registration_token_a_new_owner_needs_a_token_the_operator_signed_and_known_owners_write_without() {
+    let pair: serde_json::Value = serde_json::from_str(&relay_command(&["registration-key"])).unwrap();
+    let dir = TempDir::new("registration-key");
+    let key_file = dir.0.join("signing.key");
+    std::fs::write(&key_file, pair["signingKey"].as_str().unwrap()).unwrap();
+    let sign = |extra: &[&str]| {
+        let mut args = vec!["registration-token", "--signing-key-file", key_file.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        relay_command(&args)
+    };
+    let relay = Relay::start(&[("REGISTRATION", "token"), ("REGISTRATION_KEYS", pair["publicKey"].as_str().unwrap())]);
+    let (alice, bob, carol) = (Owner::new(), Owner::new(), Owner::new());
+
+    let r = push_with_token(&relay, &alice, None).await;
+    r.assert_error(403, "registration_token");
+    assert!(r.json()["message"].as_str().unwrap().contains("X-SimplySync-Registration"), "{:?}", r.json());
+    let expired = sign(&["--ttl-secs", "0"]);
+    let r = push_with_token(&relay, &alice, Some(&expired)).await;
+    r.assert_error(403, "registration_token");
+    assert!(r.json()["message"].as_str().unwrap().contains("expired"));
+    let (other_key, _) = simplysync_relay::registration::SigningKey::generate().unwrap();
+    let r = push_with_token(&relay, &alice, Some(&other_key.token(u64::MAX / 2, None))).await;
+    r.assert_error(403, "registration_token");
+    assert!(r.json()["message"].as_str().unwrap().contains("REGISTRATION_KEYS"));
+    let for_bob = sign(&["--owner", bob.owner_id()]);
+    push_with_token(&relay, &alice, Some(&for_bob)).await.assert_error(403, "registration_token");
+    relay.pull(&alice, "", None).await.assert_error(404, "unknown_owner");
+
+    // Accepted: a token for any owner, and one naming its owner; then no token is needed.
+    assert_eq!(push_with_token(&relay, &alice, Some(&sign(&[]))).await.status, 200);
+    assert_eq!(push_with_token(&relay, &bob, Some(&for_bob)).await.status, 200);
+    assert_eq!(relay.push(&alice, &[alice.event("b", 2)]).await.status, 200, "a known owner writes without one");
+    // A blob upload that would register needs one too.
+    let bytes = b"a chunk".to_vec();
+    let hash = simplysync_protocol::identity::sha256_base64url(&bytes);
+    relay.put_blob(&carol, &hash, bytes.clone()).await.assert_error(403, "registration_token");
+    let put = client()
+        .put(format!("{}/v1/blobs/{hash}?ownerId={}", relay.url, carol.owner_id()))
+        .header("Authorization", format!("Bearer {}", carol.token()))
+        .header("X-SimplySync-Registration", sign(&["--owner", carol.owner_id()]))
+        .body(bytes)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn registration_token_without_a_usable_key_is_refused_at_start() {
+    let dir = TempDir::new("registration-refused");
+    for keys in ["", "not-a-key"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_simplysync-relay"))
+            .env("REGISTRATION", "token")
+            .env("REGISTRATION_KEYS", keys)
+            .env("DB_PATH", dir.0.join("relay.sqlite"))
+            .env("PORT", "0")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("REGISTRATION_KEYS"), "{keys:?}");
+    }
 }

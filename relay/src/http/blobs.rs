@@ -68,7 +68,14 @@ pub async fn put(
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
     let (o, now) = (t.owner.clone(), now_iso());
-    let (register, reservation) = super::events::may_register(&st, client, presence == BlobPresence::UnknownOwner);
+    let reg_token = super::events::registration_token(&headers);
+    let (register, reservation) = super::events::may_register(
+        &st,
+        client,
+        presence == BlobPresence::UnknownOwner,
+        &t.owner,
+        reg_token.as_deref(),
+    );
     // What a stored chunk implies is done with the write, even if the client has gone.
     let task_state = st.clone();
     let out = blocking(&st, move |s| {

@@ -62,6 +62,10 @@ pub enum ApiError {
     /// No new owners here (403 `registration_closed`).
     #[error("{0}")]
     RegistrationClosed(String),
+    /// `REGISTRATION=token`: a new owner needs a token the app's operator signed, and the
+    /// write's was missing or not accepted (403 `registration_token`).
+    #[error("{0}")]
+    RegistrationToken(String),
     /// This client is over a rate limit (429 `rate_limited`, with `Retry-After`).
     #[error("{message}")]
     RateLimited {
@@ -99,7 +103,7 @@ impl ApiError {
             ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Closed => StatusCode::GONE,
             ApiError::TooLarge(_) | ApiError::Quota(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            ApiError::RegistrationClosed(_) => StatusCode::FORBIDDEN,
+            ApiError::RegistrationClosed(_) | ApiError::RegistrationToken(_) => StatusCode::FORBIDDEN,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Overloaded(_) | ApiError::Busy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::StorageFull(_) => StatusCode::INSUFFICIENT_STORAGE,
@@ -124,6 +128,7 @@ impl ApiError {
             ApiError::TooLarge(_) => "payload_too_large",
             ApiError::Quota(_) => "quota_exceeded",
             ApiError::RegistrationClosed(_) => "registration_closed",
+            ApiError::RegistrationToken(_) => "registration_token",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::Overloaded(_) => "overloaded",
             ApiError::Busy(_) => "busy",
@@ -146,6 +151,9 @@ impl From<StoreError> for ApiError {
             }
             StoreError::RegistrationRefused(r @ crate::store::Refusal::RateLimited) => {
                 ApiError::RateLimited { message: r.to_string(), retry_after: 60 }
+            }
+            StoreError::RegistrationRefused(r @ crate::store::Refusal::Token(_)) => {
+                ApiError::RegistrationToken(r.to_string())
             }
             StoreError::RegistrationRefused(r) => ApiError::RegistrationClosed(r.to_string()),
             e @ StoreError::StorageFull(_) => ApiError::StorageFull(e.to_string()),

@@ -13,7 +13,7 @@ use simplysync_protocol::wire::PushResponse;
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, json, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, owner_tag, store_failure, AppState, ClientIp, Owner};
-use crate::store::{MayRegister, NewEvent, OwnerState, PushOutcome};
+use crate::store::{MayRegister, NewEvent, OwnerState, PushOutcome, Refusal};
 
 /// Longest accepted `eventId`, `deviceId` and `createdAt`.
 const MAX_ID_LEN: usize = 256;
@@ -124,21 +124,40 @@ fn stored_json(e: &SyncEnvelope<'_>) -> String {
     out
 }
 
-/// Whether `client` may register an owner the store does not know (`unknown`), within its
-/// registration rate: the token is reserved now, in one step with the check (concurrent
-/// attempts cannot all pass it), spent if the write registers the owner, returned otherwise.
+/// Whether `client` may register `owner`, which the store does not know (`unknown`): with
+/// `REGISTRATION=token`, its `token` (the `X-SimplySync-Registration` header) must be
+/// accepted; then within its registration rate, whose token is reserved now, in one step with
+/// the check (concurrent attempts cannot all pass it), spent if the write registers the owner,
+/// returned otherwise. (Refusals are decided by the store: an owner registered meanwhile
+/// still writes.)
 pub(super) fn may_register(
     st: &AppState,
     client: ClientIp,
     unknown: bool,
+    owner: &str,
+    token: Option<&str>,
 ) -> (MayRegister, Option<crate::ratelimit::Reservation>) {
-    match (unknown, client.0) {
-        (true, Some(ip)) => match st.registrations.reserve(ip) {
-            Some(reserved) => (MayRegister::Yes, Some(reserved)),
-            None => (MayRegister::RateLimited, None),
-        },
-        _ => (MayRegister::Yes, None),
+    if !unknown {
+        return (MayRegister::Yes, None);
     }
+    if let Some(keys) = &st.registration_keys {
+        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs());
+        if let Err(problem) = keys.check(token, owner, now) {
+            return (MayRegister::Refused(Refusal::Token(problem)), None);
+        }
+    }
+    match client.0 {
+        Some(ip) => match st.registrations.reserve(ip) {
+            Some(reserved) => (MayRegister::Yes, Some(reserved)),
+            None => (MayRegister::Refused(Refusal::RateLimited), None),
+        },
+        None => (MayRegister::Yes, None),
+    }
+}
+
+/// The `X-SimplySync-Registration` header, if it is text.
+pub(super) fn registration_token(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers.get(crate::registration::HEADER).and_then(|v| v.to_str().ok()).map(str::to_owned)
 }
 
 /// Settles a reservation: spent when the write registered the owner.
@@ -208,6 +227,7 @@ pub async fn push(
     let (parts, body) = req.into_parts();
     let token = bearer(&parts.headers)?;
     let bytes = body_bytes(&parts.headers, body, st.limits.max_request_bytes, "the push body").await?;
+    let reg_token = registration_token(&parts.headers);
     super::admission::charge_bytes(&st, client, bytes.len());
     let (now, task_state) = (now_iso(), st.clone());
     // Parse, authenticate, validate and store on one blocking thread: a push's thousands of
@@ -225,7 +245,7 @@ pub async fn push(
             // Nothing to keep: an empty push registers no one (no owner row, no rate spent).
             return Ok((batch.owner, PushOutcome::default()));
         }
-        let (register, reservation) = may_register(&st, client, unknown);
+        let (register, reservation) = may_register(&st, client, unknown, &batch.owner, reg_token.as_deref());
         let outcome = st
             .store
             .push(&batch.owner, &token_hash, batch.events, &now, register, Some(deadline))

@@ -52,6 +52,8 @@ pub struct AppState {
     pub registrations: Arc<RateLimit>,
     /// Per-address limit on failed authentications.
     pub auth_failures: Arc<RateLimit>,
+    /// `REGISTRATION=token`: the keys whose tokens register owners (None: no token needed).
+    pub registration_keys: Option<Arc<crate::registration::RegistrationKeys>>,
     /// Per-address budget of bytes written (`CLIENT_BYTES_PER_HOUR`; None: no budget).
     pub client_bytes: Option<Arc<RateLimit>>,
     /// Ops bearer token (None: ops disabled).

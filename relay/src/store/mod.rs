@@ -134,6 +134,8 @@ pub enum Refusal {
     Full(u64),
     /// This client registered too many owners lately (the HTTP layer's per-IP limit).
     RateLimited,
+    /// `REGISTRATION=token` and the write's token was missing or not accepted.
+    Token(crate::registration::TokenProblem),
 }
 
 impl std::fmt::Display for Refusal {
@@ -142,6 +144,7 @@ impl std::fmt::Display for Refusal {
             Refusal::Closed => f.write_str("this relay takes no new owners (REGISTRATION=closed)"),
             Refusal::Full(max) => write!(f, "this relay holds its maximum of {max} owners (MAX_OWNERS)"),
             Refusal::RateLimited => f.write_str("too many new owners from this client; try again later"),
+            Refusal::Token(problem) => write!(f, "{problem}"),
         }
     }
 }
@@ -151,8 +154,8 @@ impl std::fmt::Display for Refusal {
 pub enum MayRegister {
     /// Yes, within the store's own rules (`REGISTRATION`, `MAX_OWNERS`).
     Yes,
-    /// No: the client is over its registration rate.
-    RateLimited,
+    /// No, for this reason (the HTTP layer's: rate, token); an owner already known still writes.
+    Refused(Refusal),
 }
 
 /// When a write must start by, if at all: a request the HTTP layer already answered (408)

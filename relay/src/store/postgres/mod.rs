@@ -322,8 +322,8 @@ impl PgStore {
                 return Err(StoreError::RegistrationRefused(Refusal::Full(max)));
             }
         }
-        if register == MayRegister::RateLimited {
-            return Err(StoreError::RegistrationRefused(Refusal::RateLimited));
+        if let MayRegister::Refused(why) = register {
+            return Err(StoreError::RegistrationRefused(why));
         }
         let inserted = tx
             .execute(

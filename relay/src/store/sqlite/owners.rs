@@ -97,8 +97,8 @@ pub(super) fn owner_or_register(
             return Err(StoreError::RegistrationRefused(Refusal::Full(max)));
         }
     }
-    if register == MayRegister::RateLimited {
-        return Err(StoreError::RegistrationRefused(Refusal::RateLimited));
+    if let MayRegister::Refused(why) = register {
+        return Err(StoreError::RegistrationRefused(why));
     }
     let key: i64 = conn
         .prepare_cached(
