@@ -170,6 +170,13 @@ export class Engine {
     return this.#hub.call('removeRelay', [url]);
   }
 
+  setRegistrationToken(url, token) {
+    if (token !== null && token !== undefined && typeof token !== 'string') {
+      return Promise.reject(invalid('setRegistrationToken(url, token): token must be a string or null'));
+    }
+    return this.#hub.call('setRegistrationToken', [String(url), token ?? null]);
+  }
+
   purgeDeleted() {
     return this.#hub.call('purgeDeleted');
   }

@@ -193,6 +193,14 @@ export interface EngineOptions<S extends Schema = Schema> {
   maxBlobBytes?: number;
   /** Each relay request's deadline in ms, body included; a relay that does not answer in time is `offline`. Default 30000. */
   requestTimeoutMs?: number;
+  /**
+   * Registration tokens by relay URL, for relays run with `REGISTRATION=token`: such a relay
+   * registers a new owner only with a token its operator signed (your server hands it to a
+   * signed-in user; docs/relay.md). Each token goes to its own relay only, with writes, and
+   * is kept in memory only. Without one, that relay's status is `error` with reason code
+   * `registration_token`; give one later with {@link Engine.setRegistrationToken}.
+   */
+  registrationTokens?: Record<string, string>;
   /** How long a call waits for the engine before it rejects with `TIMEOUT`. Default 60000. */
   callTimeoutMs?: number;
   /** The same for calls that may take long (`sync`, `rekey`, `getBlob`, …). Default 600000. */
@@ -299,7 +307,9 @@ export interface RelayErrorInfo {
   /**
    * The relay's error code (`quota_exceeded`, `unauthorized`, …) or one the engine detected:
    * `relay_cursor_loop`, `relay_cursor_backwards`, `pull_incomplete`, `push_mismatch`,
-   * `foreign_404`, `unconfirmed_404`, `relay_unstable`, `bad_response`, `local_storage`.
+   * `foreign_404`, `unconfirmed_404`, `relay_unstable`, `bad_response`, `local_storage`. A relay run
+   * with `REGISTRATION=token` answers `registration_token` until the app gives its token
+   * ({@link EngineOptions.registrationTokens}, {@link Engine.setRegistrationToken}).
    */
   code: string | null;
   message: string;
@@ -739,6 +749,16 @@ export declare class Engine<S extends Schema = Schema> {
    * ```
    */
   addRelay(url: string): Promise<void>;
+  /**
+   * Gives (or with `null` drops) the registration token for the relay at `url` (one run with
+   * `REGISTRATION=token`), then syncs. Kept in memory only, in the tab that runs the engine.
+   * @example
+   * ```ts
+   * const { token } = await (await fetch('/api/sync-registration')).json();
+   * await engine.setRegistrationToken('https://relay.example', token);
+   * ```
+   */
+  setRegistrationToken(url: string, token: string | null): Promise<void>;
   /**
    * Removes a relay and what this device knew about it.
    * @example

@@ -114,7 +114,7 @@ export async function createEngine(options) {
   }
   const engineOptions = { relays, schema: { schemaVersion: schema.schemaVersion ?? 1, tables: schema.tables } };
   for (const [name, fallback] of Object.entries(DEFAULTS)) engineOptions[name] = options[name] ?? fallback;
-  for (const name of ['maxEventBytes', 'maxBlobBytes', 'requestTimeoutMs', 'live']) {
+  for (const name of ['maxEventBytes', 'maxBlobBytes', 'requestTimeoutMs', 'live', 'registrationTokens']) {
     if (options[name] !== undefined) engineOptions[name] = options[name];
   }
   const hub = new Hub(secret, engineOptions);

@@ -30,7 +30,7 @@ const post = (msg, transfer) => self.postMessage(msg, transfer ?? []);
 // mutating ones (anything else is refused).
 const METHODS = new Set([
   'get', 'list', 'query', 'queryTables', 'sync', 'notify', 'relayStatuses', 'relayStatusesLocal', 'getBlob', 'getBlobChunk', 'blobManifest',
-  'recoveryPhrase', 'pendingRekey', 'quarantined', 'deferred', 'storage', 'setVisible',
+  'recoveryPhrase', 'pendingRekey', 'quarantined', 'deferred', 'storage', 'setVisible', 'setRegistrationToken',
 ]);
 const MUTATING = {
   transaction: 1, putBlob: 3, purgeDeleted: 0, purgeRows: 2, addRelay: 1, removeRelay: 1, retryQuarantined: 0,

@@ -82,6 +82,14 @@ export SIMPLYSYNC_TEST_ADMIN_TOKEN
 DB_PATH="$relay_dir/relay.sqlite" PORT=0 COMPACTION_INTERVAL_MS=0 RUST_LOG=warn ADMIN_TOKEN="$SIMPLYSYNC_TEST_ADMIN_TOKEN" \
   "$TARGET/debug/simplysync-relay" >"$relay_dir/out.log" 2>"$relay_dir/err.log" &
 relay_pid=$!
+# A second relay registers new owners only with a token its operator signed (REGISTRATION=token):
+# the package sends the app's token from a real browser (CORS included).
+registration_key="$("$TARGET/debug/simplysync-relay" registration-key)"
+python3 -c 'import json,sys; print(json.loads(sys.argv[1])["signingKey"])' "$registration_key" >"$relay_dir/signing.key"
+DB_PATH="$relay_dir/token-relay.sqlite" PORT=0 COMPACTION_INTERVAL_MS=0 RUST_LOG=warn REGISTRATION=token \
+  REGISTRATION_KEYS="$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["publicKey"])' "$registration_key")" \
+  "$TARGET/debug/simplysync-relay" >"$relay_dir/token-out.log" 2>"$relay_dir/token-err.log" &
+token_relay_pid=$!
 python3 -c '
 import socket, sys
 s = socket.socket(); s.bind(("127.0.0.1", 0)); s.listen(128)
@@ -91,15 +99,19 @@ while True:
     held.append(s.accept()[0])
 ' >"$relay_dir/stalled.port" &
 stalled_pid=$!
-trap 'kill "$relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"; services_down' EXIT
+trap 'kill "$relay_pid" "$token_relay_pid" "$stalled_pid" 2>/dev/null || true; rm -rf "$relay_dir"; services_down' EXIT
 for _ in $(seq 1 100); do
-  grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && [ -s "$relay_dir/stalled.port" ] && break
+  grep -q "listening on" "$relay_dir/out.log" 2>/dev/null && grep -q "listening on" "$relay_dir/token-out.log" 2>/dev/null \
+    && [ -s "$relay_dir/stalled.port" ] && break
   kill -0 "$relay_pid" 2>/dev/null || { cat "$relay_dir/err.log"; echo "the test relay failed to start"; exit 1; }
+  kill -0 "$token_relay_pid" 2>/dev/null || { cat "$relay_dir/token-err.log"; echo "the token relay failed to start"; exit 1; }
   sleep 0.1
 done
 SIMPLYSYNC_TEST_RELAY="$(grep -o 'http://[0-9.:]*' "$relay_dir/out.log" | head -1)"
 SIMPLYSYNC_TEST_STALLED="http://127.0.0.1:$(cat "$relay_dir/stalled.port")"
-export SIMPLYSYNC_TEST_RELAY SIMPLYSYNC_TEST_STALLED
+SIMPLYSYNC_TEST_TOKEN_RELAY="$(grep -o 'http://[0-9.:]*' "$relay_dir/token-out.log" | head -1)"
+SIMPLYSYNC_TEST_REGISTRATION_TOKEN="$("$TARGET/debug/simplysync-relay" registration-token --signing-key-file "$relay_dir/signing.key" --ttl-secs 21600)"
+export SIMPLYSYNC_TEST_RELAY SIMPLYSYNC_TEST_STALLED SIMPLYSYNC_TEST_TOKEN_RELAY SIMPLYSYNC_TEST_REGISTRATION_TOKEN
 echo "test relay: $SIMPLYSYNC_TEST_RELAY, stalled listener: $SIMPLYSYNC_TEST_STALLED"
 # Un-configured test binaries (the lib's unit tests) also run in a dedicated worker.
 WASM_BINDGEN_USE_DEDICATED_WORKER=1 WASM_BINDGEN_TEST_TIMEOUT="${WASM_BINDGEN_TEST_TIMEOUT:-180}" \

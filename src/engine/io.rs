@@ -44,6 +44,9 @@ pub struct HttpRequest {
     pub url: String,
     /// Bearer token for `Authorization`, if any.
     pub bearer: Option<String>,
+    /// `X-SimplySync-Registration`: the token a relay with `REGISTRATION=token` needs to
+    /// register a new owner, if the app gave one for this relay.
+    pub registration: Option<String>,
     /// `Content-Type` of the body, if any.
     pub content_type: Option<&'static str>,
     /// Body bytes.

@@ -132,6 +132,8 @@ pub struct Engine {
     device_id: String,
     clock: RefCell<HlcClock>,
     relays: RefCell<Vec<RelayRuntime>>,
+    /// Registration tokens by relay URL (`REGISTRATION=token` relays; see [`Engine::set_registration_token`]).
+    registration_tokens: RefCell<std::collections::BTreeMap<String, String>>,
     transport: Rc<dyn Transport>,
     wall: Rc<dyn Clock>,
     rng: RefCell<Box<dyn Entropy>>,
@@ -242,6 +244,7 @@ impl Engine {
             device_id,
             clock: RefCell::new(clock),
             relays: RefCell::new(Vec::new()),
+            registration_tokens: RefCell::new(std::collections::BTreeMap::new()),
             transport: env.transport,
             wall: env.clock,
             rng: RefCell::new(env.entropy),

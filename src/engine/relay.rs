@@ -398,9 +398,28 @@ impl Engine {
         Ok(account.events == 0 && cursor.is_some_and(|c| account.head_seq < c))
     }
 
-    /// A client for `url` as `identity`, with this engine's request timeout.
+    /// A client for `url` as `identity`, with this engine's request timeout and the
+    /// relay's registration token, if the app gave one.
     pub(crate) fn api<'a>(&'a self, url: &'a str, identity: &'a crate::protocol::Identity) -> RelayApi<'a> {
         RelayApi::new(self.transport.as_ref(), url, identity.owner_id(), identity.relay_auth())
             .with_options(&self.options)
+            .with_registration(self.registration_token(url))
+    }
+
+    /// Gives (or with `None` drops) the token a relay with `REGISTRATION=token` needs before it
+    /// registers this device's owner — one the app's server signed (PROTOCOL.md). Sent with the
+    /// writes to the relay at `url` (and to no other); a relay reads it only while the owner is
+    /// new to it, so it is needed once per owner and relay. Kept in memory only.
+    pub fn set_registration_token(&self, url: &str, token: Option<String>) {
+        let key = url.trim_end_matches('/').to_owned();
+        let mut tokens = self.registration_tokens.borrow_mut();
+        match token.filter(|t| !t.trim().is_empty()) {
+            Some(t) => tokens.insert(key, t.trim().to_owned()),
+            None => tokens.remove(&key),
+        };
+    }
+
+    fn registration_token(&self, url: &str) -> Option<String> {
+        self.registration_tokens.borrow().get(url.trim_end_matches('/')).cloned()
     }
 }

@@ -206,13 +206,30 @@ pub struct RelayApi<'a> {
     token: &'a str,
     timeout_ms: u32,
     max_response_bytes: u64,
+    /// Sent with writes in `X-SimplySync-Registration` (a relay with `REGISTRATION=token`).
+    registration: Option<String>,
 }
 
 impl<'a> RelayApi<'a> {
     /// A client for `base` (the configured URL) as `owner_id` with bearer `token`.
     pub fn new(transport: &'a dyn Transport, base: &'a str, owner_id: &'a str, token: &'a str) -> RelayApi<'a> {
         let max_response_bytes = super::EngineOptions::default().max_response_bytes();
-        RelayApi { transport, base, owner_id, token, timeout_ms: super::DEFAULT_REQUEST_TIMEOUT_MS, max_response_bytes }
+        RelayApi {
+            transport,
+            base,
+            owner_id,
+            token,
+            timeout_ms: super::DEFAULT_REQUEST_TIMEOUT_MS,
+            max_response_bytes,
+            registration: None,
+        }
+    }
+
+    /// The same client sending `token` with its writes, so that a relay with
+    /// `REGISTRATION=token` registers a new owner.
+    pub fn with_registration(mut self, token: Option<String>) -> RelayApi<'a> {
+        self.registration = token;
+        self
     }
 
     /// The same client with another request deadline.
@@ -241,10 +258,13 @@ impl<'a> RelayApi<'a> {
             Some((b, t)) => (Some(b), Some(t)),
             None => (None, None),
         };
+        // Only a write can register an owner: reads never carry the token.
+        let registration = matches!(method, Method::Post | Method::Put).then(|| self.registration.clone()).flatten();
         HttpRequest {
             method,
             url: self.url(path),
             bearer: Some(self.token.to_owned()),
+            registration,
             content_type,
             body,
             timeout_ms: self.timeout_ms,

@@ -65,6 +65,9 @@ impl HttpTransport {
             if let Some(t) = &req.bearer {
                 r = r.bearer_auth(t);
             }
+            if let Some(t) = &req.registration {
+                r = r.header("X-SimplySync-Registration", t);
+            }
             if let Some(ct) = req.content_type {
                 r = r.header("Content-Type", ct);
             }

@@ -8,7 +8,7 @@
 use std::cell::RefCell;
 use std::rc::Rc;
 
-use crate::protocol::json_fields::{FieldError, Fields, FromJson};
+use crate::protocol::json_fields::{wrong_type, FieldError, Fields, FromJson};
 use crate::protocol::json_write::{ObjectWriter, ToJson};
 use js_sys::{Array, Function, Uint8Array};
 use wasm_bindgen::prelude::*;
@@ -47,6 +47,24 @@ struct OpenOptions {
     max_blob_bytes: Option<f64>,
     /// Each request's deadline (default 30000 ms).
     request_timeout_ms: Option<f64>,
+    /// `{relayUrl: token}`: the registration tokens of relays with `REGISTRATION=token`.
+    registration_tokens: Vec<(String, String)>,
+}
+
+/// `registrationTokens`: an object of relay URL to token string.
+fn registration_tokens(f: &Fields<'_>) -> Result<Vec<(String, String)>, FieldError> {
+    let path = format!("{}.registrationTokens", f.path());
+    match f.get("registrationTokens") {
+        None | Some(Json::Null) => Ok(Vec::new()),
+        Some(Json::Object(o)) => o
+            .iter()
+            .map(|(url, token)| match token.as_str() {
+                Some(t) => Ok((url.to_string_lossy(), t.to_owned())),
+                None => Err(wrong_type(&format!("{path}[{:?}]", url.to_string_lossy()), "a string", token)),
+            })
+            .collect(),
+        Some(other) => Err(wrong_type(&path, "an object of relay URL to token", other)),
+    }
 }
 
 impl FromJson for OpenOptions {
@@ -64,6 +82,7 @@ impl FromJson for OpenOptions {
             max_event_bytes: f.opt_f64("maxEventBytes")?,
             max_blob_bytes: f.opt_f64("maxBlobBytes")?,
             request_timeout_ms: f.opt_f64("requestTimeoutMs")?,
+            registration_tokens: registration_tokens(&f)?,
         })
     }
 }
@@ -552,6 +571,17 @@ impl WebEngine {
         Ok(())
     }
 
+    /// Gives (or with `null` drops) the registration token for the relay at `url`, which a
+    /// relay with `REGISTRATION=token` needs before it registers this owner (memory only).
+    #[wasm_bindgen(js_name = setRegistrationToken)]
+    pub fn set_registration_token(&self, url: String, token: Option<String>) -> Result<(), JsValue> {
+        self.engine()?.set_registration_token(&url, token);
+        if let Some(d) = self.driver() {
+            d.request(SyncTrigger::Manual);
+        }
+        Ok(())
+    }
+
     /// Removes a relay and what this device knew about it. At most once per `requestId`.
     #[wasm_bindgen(js_name = removeRelay)]
     pub fn remove_relay(&self, url: String, request_id: Option<String>) -> Result<(), JsValue> {
@@ -769,6 +799,9 @@ impl WebEngine {
         };
         let config = EngineConfig { secret, relays: Some(opts.relays), schema: opts.schema, options };
         let engine = Engine::open(conn, config, env).map_err(err)?;
+        for (url, token) in opts.registration_tokens {
+            engine.set_registration_token(&url, Some(token));
+        }
         let custody = custody.filter(|_| storage.mode != "memory");
         if let Some(c) = &custody {
             let wrapped = c.wrap(&engine.recovery_secret()).await?;

@@ -52,6 +52,9 @@ impl FetchTransport {
         if let Some(t) = &req.bearer {
             headers.set("Authorization", &format!("Bearer {t}"))?;
         }
+        if let Some(t) = &req.registration {
+            headers.set("X-SimplySync-Registration", t)?;
+        }
         if let Some(ct) = req.content_type {
             headers.set("Content-Type", ct)?;
         }

@@ -484,3 +484,38 @@ test('creating and checking a phrase runs in a worker: the page itself never loa
   assert.deepEqual(result, { words: 12, key: true, checks: ['mnemonic', 'sf1', 'SECRET_WORD_COUNT'], wasmOnPage: 0 });
   await context.close();
 });
+
+test('a relay run with REGISTRATION=token: the status says why until the app gives its token, at open or later', async () => {
+  const tokenRelay = process.env.SIMPLYSYNC_TEST_TOKEN_RELAY;
+  const token = process.env.SIMPLYSYNC_TEST_REGISTRATION_TOKEN;
+  assert.ok(tokenRelay && token, 'scripts/test.sh starts a relay with REGISTRATION=token and signs a token');
+  const context = await browser.newContext();
+  const page = await openApp(context, server.url);
+  const [first, second] = [await page.evaluate(() => window.simplysync.createMnemonic()), await page.evaluate(() => window.simplysync.createMnemonic())];
+  const result = await page.evaluate(async ({ first, second, relay, token, schema }) => {
+    const later = await window.simplysync.createEngine({ secret: first, relays: [relay], schema, autoSync: false, dbName: 'token-later.db' });
+    await later.insert('todos', { id: 't', title: 'needs a token' });
+    const refused = (await later.sync()).relays[0].error;
+    const status = (await later.getRelayStatuses())[0];
+    await later.setRegistrationToken(relay, token);
+    const accepted = (await later.sync()).relays[0];
+    await later.close();
+    const atOpen = await window.simplysync.createEngine({
+      secret: second, relays: [relay], schema, autoSync: false, dbName: 'token-at-open.db', registrationTokens: { [relay]: token },
+    });
+    await atOpen.insert('todos', { id: 'u', title: 'token given at open' });
+    const pushed = (await atOpen.sync()).relays[0];
+    await atOpen.close();
+    return {
+      refused: { status: refused?.status, code: refused?.code },
+      state: status.state,
+      accepted: { pushed: accepted.pushed, error: accepted.error },
+      atOpen: { pushed: pushed.pushed, error: pushed.error },
+    };
+  }, { first, second, relay: tokenRelay, token, schema: SCHEMA });
+  assert.deepEqual(result.refused, { status: 403, code: 'registration_token' });
+  assert.equal(result.state, 'error');
+  assert.deepEqual(result.accepted, { pushed: 1, error: null }, 'the token went through CORS with the push');
+  assert.deepEqual(result.atOpen, { pushed: 1, error: null });
+  await context.close();
+});

@@ -160,6 +160,7 @@ async fn an_answer_larger_than_the_limit_is_not_read_whether_or_not_its_length_i
         method: Method::Get,
         url: url.to_owned(),
         bearer: None,
+        registration: None,
         content_type: None,
         body: None,
         timeout_ms: 10_000,

@@ -20,6 +20,7 @@ mod property;
 mod pulled_runs;
 mod purge_rekey_blobs;
 mod recovery;
+mod registration;
 mod remember;
 mod requests;
 mod rules;

@@ -44,11 +44,33 @@ struct Relays {
     /// Each request's deadline, in ms.
     #[arg(long, default_value_t = simplysync::engine::DEFAULT_REQUEST_TIMEOUT_MS)]
     timeout_ms: u32,
+    /// URL=TOKEN: the registration token a relay run with REGISTRATION=token needs before it
+    /// registers this owner (repeatable; sent to that relay only).
+    #[arg(
+        long = "registration-token",
+        env = "SIMPLYSYNC_REGISTRATION_TOKENS",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    registration_tokens: Vec<String>,
 }
 
 impl Relays {
     fn list(&self) -> Option<Vec<String>> {
         (!self.relays.is_empty()).then(|| self.relays.clone())
+    }
+
+    /// Opens the engine on `store` with these relays and their registration tokens.
+    fn open(&self, store: &Store) -> Result<Engine, String> {
+        let engine = open(store, self.list(), self.timeout_ms)?;
+        for pair in &self.registration_tokens {
+            let (url, token) = pair
+                .rsplit_once('=')
+                .filter(|(url, token)| !url.trim().is_empty() && !token.trim().is_empty())
+                .ok_or("--registration-token takes URL=TOKEN")?;
+            engine.set_registration_token(url.trim(), Some(token.trim().to_owned()));
+        }
+        Ok(engine)
     }
 }
 
@@ -205,7 +227,7 @@ async fn run(command: Command) -> Result<String, String> {
         Command::NewKey => create_recovery_key(&mut OsEntropy).map_err(|e| e.to_string()),
         Command::NewPhrase => create_mnemonic(&mut OsEntropy).map_err(|e| e.to_string()),
         Command::Sync { store, relays, once, interval_ms, no_live } => {
-            let engine = open(&store, relays.list(), relays.timeout_ms)?;
+            let engine = relays.open(&store)?;
             if once {
                 let report = engine.sync_all(SyncTrigger::Manual, MAX_PASSES).await.map_err(|e| e.to_string())?;
                 deferred_summary(&engine)?;
@@ -240,7 +262,7 @@ async fn run(command: Command) -> Result<String, String> {
         }
         Command::Restore { store, relays } => {
             let schema_given = store.schema.is_some();
-            let engine = open(&store, relays.list(), relays.timeout_ms)?;
+            let engine = relays.open(&store)?;
             if engine.relay_urls().is_empty() {
                 return Err("restore needs a relay: pass --relay URL".into());
             }
@@ -277,7 +299,7 @@ async fn run(command: Command) -> Result<String, String> {
             }))
         }
         Command::Status { store, relays } => {
-            let engine = open(&store, relays.list(), relays.timeout_ms)?;
+            let engine = relays.open(&store)?;
             pretty(&engine.relay_statuses().await.map_err(|e| e.to_string())?)
         }
         Command::Export { store, include_deleted } => {
