@@ -35,7 +35,9 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_STREAMS_PER_COMPACT", "500", "most stream ids in one compact request (more: 413)"),
     ("MAX_REQUEST_BYTES", "8388608", "largest push body (larger: 413); close and compact bodies: 64 KiB"),
     ("MAX_IN_FLIGHT_REQUESTS", "256", "requests handled at once; more get 503 with Retry-After"),
-    ("MAX_IN_FLIGHT_BYTES", "268435456", "request body bytes being handled at once; more get 503"),
+    ("MAX_IN_FLIGHT_BYTES", "268435456", "request body and response bytes held at once (a response's until it is sent); more get 503"),
+    ("MAX_IN_FLIGHT_PER_CLIENT", "64", "requests one client address (an IPv6 client by its /64) may have in flight at once; more get 429 with Retry-After; 0: no cap"),
+    ("MIN_BYTES_PER_SEC", "4096", "slowest a request body or a response may move, averaged, after its first 10 s: a slower body gets 408, a slower reader's connection is closed; 0: any pace"),
     ("MAX_CONNECTIONS_PER_CLIENT", "1000", "open connections from one client address (an IPv6 client by its /64); not applied with CLIENT_IP_HEADER set (behind a proxy, the proxy caps); 0: no cap"),
     ("MAX_CONNECTIONS", "12000", "open connections; further ones are closed at once (the relay raises its file-descriptor limit to fit, or lowers this to the limit)"),
     ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
@@ -138,6 +140,10 @@ pub struct Admission {
     pub auth_failures_per_minute: u32,
     /// Per-client-address limits: bytes of push bodies and blob chunks per hour (0: none).
     pub client_bytes_per_hour: u64,
+    /// Per-client-address limits: requests in flight at once (0: none).
+    pub max_in_flight_per_client: usize,
+    /// Slowest a request body or a response may move after its first 10 s, bytes/s (0: any).
+    pub min_bytes_per_sec: u64,
     /// Header that carries the client address (behind a trusted proxy).
     pub client_ip_header: Option<String>,
     /// Long-polls held at once.
@@ -158,6 +164,8 @@ impl Default for Admission {
             registrations_per_minute: 10,
             auth_failures_per_minute: 30,
             client_bytes_per_hour: 4 << 30,
+            max_in_flight_per_client: 64,
+            min_bytes_per_sec: 4096,
             client_ip_header: None,
             live_max_waiters: 10_000,
             live_max_waiters_per_owner: 16,
@@ -319,6 +327,8 @@ impl Config {
             registrations_per_minute: num(&lookup, "REGISTRATIONS_PER_MINUTE", a.registrations_per_minute, 1)?,
             auth_failures_per_minute: num(&lookup, "AUTH_FAILURES_PER_MINUTE", a.auth_failures_per_minute, 1)?,
             client_bytes_per_hour: num(&lookup, "CLIENT_BYTES_PER_HOUR", a.client_bytes_per_hour, 0)?,
+            max_in_flight_per_client: num(&lookup, "MAX_IN_FLIGHT_PER_CLIENT", a.max_in_flight_per_client, 0)?,
+            min_bytes_per_sec: num(&lookup, "MIN_BYTES_PER_SEC", a.min_bytes_per_sec, 0)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
             live_max_waiters: 0,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,

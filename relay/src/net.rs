@@ -4,7 +4,10 @@
 //! (`MAX_CONNECTIONS`: beyond it a new connection is closed at once), so silent sockets cannot
 //! exhaust file descriptors; and, when clients connect directly (no `CLIENT_IP_HEADER`), a cap
 //! per client address (`MAX_CONNECTIONS_PER_CLIENT`, an IPv6 client by its /64), so one client
-//! cannot take every connection. Each request carries its peer's address ([`Peer`]).
+//! cannot take every connection. Each request carries its peer's address ([`Peer`]). A client
+//! that reads its answers slower than `MIN_BYTES_PER_SEC` (averaged from when its socket first
+//! filled up, after a grace) is disconnected: otherwise it would hold the answer's bytes — and
+//! its place in the in-flight byte budget — for as long as it kept a trickle going.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -38,6 +41,9 @@ pub struct ConnectionRules {
     /// Open connections from one client address at most (0: no cap — behind a proxy every
     /// connection comes from the proxy).
     pub max_per_client: usize,
+    /// The slowest a client may read an answer, bytes/s (0: any pace), after `pace_grace`.
+    pub min_bytes_per_sec: u64,
+    pub pace_grace: Duration,
 }
 
 /// A stream that fails with `TimedOut` when neither a read nor a write made progress for
@@ -46,11 +52,40 @@ struct IdleTimeout<S> {
     inner: S,
     idle: Duration,
     timer: Pin<Box<Sleep>>,
+    /// The reading pace required of the client (bytes/s, 0: none) and its grace.
+    min_bytes_per_sec: u64,
+    grace: Duration,
+    /// Since the client's socket first filled up during this answer: when, and the bytes
+    /// written since. Ends when the client sends its next request.
+    backlog: Option<(Instant, u64)>,
+    pace_timer: Pin<Box<Sleep>>,
 }
 
 impl<S> IdleTimeout<S> {
-    fn new(inner: S, idle: Duration) -> IdleTimeout<S> {
-        IdleTimeout { inner, idle, timer: Box::pin(tokio::time::sleep(idle)) }
+    fn new(inner: S, idle: Duration, min_bytes_per_sec: u64, grace: Duration) -> IdleTimeout<S> {
+        IdleTimeout {
+            inner,
+            idle,
+            timer: Box::pin(tokio::time::sleep(idle)),
+            min_bytes_per_sec,
+            grace,
+            backlog: None,
+            pace_timer: Box::pin(tokio::time::sleep(grace)),
+        }
+    }
+
+    /// A write would block: the client is not reading as fast as the answer goes. True once it
+    /// has fallen behind the pace (the timer wakes the connection when it does).
+    fn behind(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.min_bytes_per_sec == 0 {
+            return false;
+        }
+        let (since, written) = *self.backlog.get_or_insert((Instant::now(), 0));
+        let due = since + self.grace + Duration::from_secs_f64(written as f64 / self.min_bytes_per_sec as f64);
+        if self.pace_timer.deadline() != due {
+            self.pace_timer.as_mut().reset(due);
+        }
+        self.pace_timer.as_mut().poll(cx).is_ready()
     }
 
     fn progressed(&mut self) {
@@ -60,6 +95,13 @@ impl<S> IdleTimeout<S> {
     fn expired(&mut self, cx: &mut Context<'_>) -> bool {
         self.timer.as_mut().poll(cx).is_ready()
     }
+}
+
+fn too_slow(min: u64) -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        format!("the client read slower than MIN_BYTES_PER_SEC ({min} bytes/s)"),
+    )
 }
 
 fn timed_out() -> std::io::Error {
@@ -73,6 +115,8 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     self.progressed();
+                    // The client sent its next request: it read the last answer.
+                    self.backlog = None;
                 }
                 Poll::Ready(r)
             }
@@ -86,12 +130,18 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
             Poll::Ready(r) => {
-                if matches!(r, Ok(n) if n > 0) {
-                    self.progressed();
+                if let Ok(n) = r {
+                    if n > 0 {
+                        self.progressed();
+                        if let Some((_, written)) = &mut self.backlog {
+                            *written += n as u64;
+                        }
+                    }
                 }
                 Poll::Ready(r)
             }
             Poll::Pending if self.expired(cx) => Poll::Ready(Err(timed_out())),
+            Poll::Pending if self.behind(cx) => Poll::Ready(Err(too_slow(self.min_bytes_per_sec))),
             Poll::Pending => Poll::Pending,
         }
     }
@@ -186,7 +236,7 @@ pub async fn serve_connections(
         }));
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(rules.header_timeout).keep_alive(true);
-        let io = TokioIo::new(IdleTimeout::new(stream, rules.idle_timeout));
+        let io = TokioIo::new(IdleTimeout::new(stream, rules.idle_timeout, rules.min_bytes_per_sec, rules.pace_grace));
         let conn = graceful.watch(builder.serve_connection(io, service));
         tokio::spawn(async move {
             if let Err(e) = conn.await {

@@ -578,3 +578,119 @@ async fn registration_token_without_a_usable_key_is_refused_at_start() {
         assert!(String::from_utf8_lossy(&out.stderr).contains("REGISTRATION_KEYS"), "{keys:?}");
     }
 }
+
+/// A request's head from client address `ip` (behind a proxy that sets `X-Forwarded-For`),
+/// declaring `declared` body bytes, on a fresh socket.
+async fn open_from(relay: &Relay, ip: &str, method: &str, path: &str, token: &str, declared: u64) -> TcpStream {
+    let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nX-Forwarded-For: {ip}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {declared}\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp
+}
+
+#[tokio::test]
+async fn one_client_holds_at_most_max_in_flight_per_client_requests_while_other_clients_are_served() {
+    let relay = Relay::start(&[
+        ("MAX_IN_FLIGHT_PER_CLIENT", "2"),
+        ("CLIENT_IP_HEADER", "X-Forwarded-For"),
+        ("REQUEST_TIMEOUT_MS", "4000"),
+        ("METRICS_ADDR", "127.0.0.1:0"),
+    ]);
+    let alice = Owner::new();
+    assert_eq!(push_from(&relay, "10.0.0.1", &alice, alice.token()).await.status, 200);
+    let _a = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100).await;
+    let _b = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100).await;
+    let metrics = format!("{}/metrics", relay.metrics_url.as_deref().unwrap());
+    wait_until(async || {
+        let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
+        m.lines().any(|l| l == "simplysync_http_requests_in_flight 2")
+    })
+    .await;
+    let r = push_from(&relay, "10.0.0.1", &alice, alice.token()).await;
+    r.assert_error(429, "rate_limited");
+    assert!(r.json()["message"].as_str().unwrap().contains("MAX_IN_FLIGHT_PER_CLIENT"));
+    assert_eq!(push_from(&relay, "10.0.0.2", &alice, alice.token()).await.status, 200, "another client is served");
+    // Its stalled bodies time out and give its places back.
+    wait_until(async || push_from(&relay, "10.0.0.1", &alice, alice.token()).await.status == 200).await;
+}
+
+#[tokio::test]
+async fn a_body_that_trickles_slower_than_min_bytes_per_sec_gets_408_after_the_grace() {
+    let relay =
+        Relay::start(&[("MIN_BYTES_PER_SEC", "100"), ("REQUEST_TIMEOUT_MS", "60000"), ("IDLE_TIMEOUT_MS", "60000")]);
+    let alice = Owner::new();
+    relay.push(&alice, &[alice.event("a", 1)]).await;
+    let started = Instant::now();
+    let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
+    tcp.write_all(&head_only("POST", "/v1/events", Some(alice.token()), 5000)).await.unwrap();
+    tcp.write_all(b"{\"ownerId\":").await.unwrap();
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(30), tcp.read_to_end(&mut answer)).await;
+    assert!(read.is_ok(), "the relay never answered");
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(status_line(&answer).contains("408"), "{answer}");
+    assert!(answer.contains("MIN_BYTES_PER_SEC"), "{answer}");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(10) && took < Duration::from_secs(20), "cut off after {took:?}");
+}
+
+#[tokio::test]
+async fn a_response_holds_its_bytes_in_the_budget_until_sent_and_a_reader_slower_than_min_bytes_per_sec_is_cut_off() {
+    let relay = Relay::start(&[
+        ("MAX_EVENT_BYTES", "262144"),
+        ("MAX_OWNER_BYTES", "100000000"),
+        ("MAX_TOTAL_BYTES", "100000000"),
+        ("MAX_EVENTS_PER_PULL", "1000"),
+        ("MAX_IN_FLIGHT_BYTES", "12582912"),
+        ("MIN_BYTES_PER_SEC", "10000000"),
+        ("IDLE_TIMEOUT_MS", "60000"),
+        ("REQUEST_TIMEOUT_MS", "60000"),
+    ]);
+    let alice = Owner::new();
+    // 54 events of ~147 KB: one answer of ~7.9 MB (under MAX_PULL_BYTES), more than the
+    // kernel's socket buffers hold, so the relay still has some of it to send.
+    for batch in 0..3u64 {
+        let events: Vec<_> =
+            (0..18).map(|i| alice.event_sized(&format!("r{batch}-{i}"), batch * 18 + i, 110_000)).collect();
+        assert_eq!(relay.push(&alice, &events).await.status, 200);
+    }
+    let path = format!("/v1/events?ownerId={}&after=&limit=1000", alice.owner_id());
+    // A reader that takes its answer slowly, through a small receive buffer.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut slow = socket.connect(relay.addr().parse().unwrap()).await.unwrap();
+    slow.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", alice.token()).as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut first = [0u8; 4096];
+    let n = slow.read(&mut first).await.unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).starts_with("HTTP/1.1 200"));
+    // Its answer's bytes are held: another answer that large does not fit the budget now.
+    let second = relay.pull(&alice, "", Some(1000)).await;
+    assert_eq!(second.status, 503, "{} bytes answered", second.bytes.len());
+    assert_overloaded(&second);
+    // It reads no further: past the grace it has fallen behind (IDLE_TIMEOUT_MS is a minute
+    // away), its connection is closed and the answer's bytes are back in the budget.
+    let started = Instant::now();
+    let whole = loop {
+        let r = relay.pull(&alice, "", Some(1000)).await;
+        if r.status == 200 {
+            break r;
+        }
+        assert!(started.elapsed() < Duration::from_secs(25), "the slow reader was never cut off");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let took = started.elapsed();
+    assert!(took >= Duration::from_secs(8) && took < Duration::from_secs(20), "cut off after {took:?}");
+    assert_eq!(whole.json()["events"].as_array().unwrap().len(), 54);
+    // What the kernel had already taken still arrives; the rest never does.
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(30), slow.read_to_end(&mut rest)).await.expect("closed");
+    let got = n + rest.len();
+    assert!(got < whole.bytes.len(), "read {got} bytes: the whole answer, not cut off");
+}

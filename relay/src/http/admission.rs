@@ -1,10 +1,14 @@
 //! Admission control, before any work: a request whose declared body is larger than its route
 //! takes is answered 413 at once (a blob upload declaring a terabyte never reaches the
-//! database); a client over its failed-authentication rate gets 429; and when the relay already
-//! handles `MAX_IN_FLIGHT_REQUESTS` requests or `MAX_IN_FLIGHT_BYTES` of bodies, 503 with
-//! `Retry-After` — rather than queueing without end.
+//! database); a client over its failed-authentication rate, its byte budget or its
+//! `MAX_IN_FLIGHT_PER_CLIENT` gets 429; and when the relay already handles
+//! `MAX_IN_FLIGHT_REQUESTS` requests or holds `MAX_IN_FLIGHT_BYTES` of bodies and responses,
+//! 503 with `Retry-After` — rather than queueing without end. Bodies and responses must move
+//! at `MIN_BYTES_PER_SEC` (pace.rs); a response's bytes stay in the budget until it is sent.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::{header, Method};
@@ -13,23 +17,42 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
+use super::pace::{Held, Pace, Paced, GRACE};
 use super::{AppState, ClientIp};
+use axum::body::Body;
 
-/// Requests and body bytes in flight.
+/// Requests, and bytes of bodies and responses, in flight.
 #[derive(Debug)]
 pub struct Budget {
     requests: Arc<Semaphore>,
     bytes: Arc<Semaphore>,
     /// Bytes one permit stands for (semaphores count in u32 permits).
     unit: u64,
+    /// Permits of `bytes` in all.
+    byte_units: u32,
+    per_client: Arc<ClientSlots>,
 }
 
 impl Budget {
-    /// A budget of `requests` requests and `bytes` body bytes.
-    pub fn new(requests: usize, bytes: u64) -> Budget {
+    /// A budget of `requests` requests (`per_client` of them from one client address; 0: no
+    /// cap) and `bytes` bytes.
+    pub fn new(requests: usize, bytes: u64, per_client: usize) -> Budget {
         let unit = 1024;
-        let permits = (bytes / unit).clamp(1, Semaphore::MAX_PERMITS as u64) as usize;
-        Budget { requests: Arc::new(Semaphore::new(requests)), bytes: Arc::new(Semaphore::new(permits)), unit }
+        let permits = (bytes / unit).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize) as u64) as u32;
+        Budget {
+            requests: Arc::new(Semaphore::new(requests)),
+            bytes: Arc::new(Semaphore::new(permits as usize)),
+            unit,
+            byte_units: permits,
+            per_client: Arc::new(ClientSlots { cap: per_client, held: Mutex::new(HashMap::new()) }),
+        }
+    }
+
+    /// A response's `size` bytes, held until it is sent (at most the whole budget, so any
+    /// response can be sent once the relay is idle); None when they do not fit now.
+    fn take_response(&self, size: u64) -> Option<OwnedSemaphorePermit> {
+        let units = size.div_ceil(self.unit).clamp(1, u64::from(self.byte_units)) as u32;
+        self.bytes.clone().try_acquire_many_owned(units).ok()
     }
 
     fn take(&self, body: u64) -> Option<(OwnedSemaphorePermit, Option<OwnedSemaphorePermit>)> {
@@ -40,6 +63,45 @@ impl Budget {
         let units = body.div_ceil(self.unit).min(u32::MAX as u64) as u32;
         let b = self.bytes.clone().try_acquire_many_owned(units).ok()?;
         Some((r, Some(b)))
+    }
+}
+
+/// Requests in flight per client address (an IPv6 client by its /64): one client cannot take
+/// every place in the budget. Entries exist only while a request is in flight.
+#[derive(Debug)]
+struct ClientSlots {
+    cap: usize,
+    held: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// A place of one client's, given back when dropped.
+struct ClientSlot {
+    slots: Arc<ClientSlots>,
+    key: IpAddr,
+}
+
+impl ClientSlots {
+    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
+        let key = crate::ratelimit::client_key(ip);
+        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let n = held.entry(key).or_insert(0);
+        if *n >= self.cap {
+            return None;
+        }
+        *n += 1;
+        Some(ClientSlot { slots: self.clone(), key })
+    }
+}
+
+impl Drop for ClientSlot {
+    fn drop(&mut self) {
+        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(n) = held.get_mut(&self.key) {
+            *n -= 1;
+            if *n == 0 {
+                held.remove(&self.key);
+            }
+        }
     }
 }
 
@@ -120,6 +182,25 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
     if route == "/v1/events/wait" || route == "/health" || route == "/ready" {
         return next.run(req).await;
     }
+    // One client's requests in flight.
+    let client = req.extensions().get::<ClientIp>().and_then(|c| c.0);
+    let slot = match client {
+        Some(ip) if st.budget.per_client.cap > 0 => match st.budget.per_client.take(ip) {
+            Some(slot) => Some(slot),
+            None => {
+                st.metrics.record_rejection("client_in_flight");
+                return ApiError::RateLimited {
+                    message: format!(
+                        "this client has {} requests in flight (MAX_IN_FLIGHT_PER_CLIENT); try again when one has finished",
+                        st.budget.per_client.cap
+                    ),
+                    retry_after: 1,
+                }
+                .into_response();
+            }
+        },
+        _ => None,
+    };
     // A body of unknown length counts as the route's limit (it is read no further than that).
     let Some(permits) =
         st.budget.take(declared.unwrap_or(if matches!(*req.method(), Method::GET | Method::HEAD) { 0 } else { limit }))
@@ -128,7 +209,22 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
         return ApiError::Overloaded("the relay is handling as many requests as it takes; try again shortly".into())
             .into_response();
     };
+    let pace = Pace { min_bytes_per_sec: st.admission.min_bytes_per_sec, grace: GRACE };
+    let req = if pace.min_bytes_per_sec > 0 { req.map(|b| Body::new(Paced::request(b, pace))) } else { req };
     let resp = next.run(req).await;
     drop(permits);
-    resp
+    drop(slot);
+    // The response's bytes stay in the budget until it is sent (a slow reader holds them for
+    // no longer than MIN_BYTES_PER_SEC allows: net.rs disconnects it).
+    let hint = http_body::Body::size_hint(resp.body());
+    let size = hint.exact().unwrap_or_else(|| hint.lower());
+    if size == 0 {
+        return resp;
+    }
+    let Some(hold) = st.budget.take_response(size) else {
+        st.metrics.record_rejection("overloaded");
+        return ApiError::Overloaded("the relay is sending as many bytes as it holds; try again shortly".into())
+            .into_response();
+    };
+    resp.map(|b| Body::new(Held::new(b, hold)))
 }

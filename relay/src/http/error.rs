@@ -47,6 +47,9 @@ pub enum ApiError {
     /// The request took too long (408 `request_timeout`).
     #[error("request timed out after {0} ms")]
     Timeout(u64),
+    /// The request body arrived slower than `MIN_BYTES_PER_SEC` (408 `request_timeout`).
+    #[error("the request body arrived too slowly: {0}")]
+    TooSlow(String),
     /// The owner was closed (410 `owner_closed`).
     #[error("this owner was closed (POST /v1/owner/close); use a new recovery phrase")]
     Closed,
@@ -100,7 +103,7 @@ impl ApiError {
             ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) | ApiError::UnknownOwner => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
-            ApiError::Timeout(_) => StatusCode::REQUEST_TIMEOUT,
+            ApiError::Timeout(_) | ApiError::TooSlow(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Closed => StatusCode::GONE,
             ApiError::TooLarge(_) | ApiError::Quota(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::RegistrationClosed(_) | ApiError::RegistrationToken(_) => StatusCode::FORBIDDEN,
@@ -123,7 +126,7 @@ impl ApiError {
             ApiError::NotFound(_) => "not_found",
             ApiError::UnknownOwner => "unknown_owner",
             ApiError::MethodNotAllowed => "method_not_allowed",
-            ApiError::Timeout(_) => "request_timeout",
+            ApiError::Timeout(_) | ApiError::TooSlow(_) => "request_timeout",
             ApiError::Closed => "owner_closed",
             ApiError::TooLarge(_) => "payload_too_large",
             ApiError::Quota(_) => "quota_exceeded",

@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod observe;
 pub mod ops;
+pub mod pace;
 pub mod request;
 pub mod status;
 pub mod streams;

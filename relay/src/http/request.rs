@@ -76,6 +76,7 @@ pub async fn body_bytes(headers: &HeaderMap, body: Body, limit: usize, what: &st
     match Limited::new(body, limit).collect().await {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => Err(too_large()),
+        Err(e) if super::pace::is_too_slow(e.as_ref()) => Err(ApiError::TooSlow(e.to_string())),
         Err(e) => Err(ApiError::BadRequest(format!("could not read the request body: {e}"))),
     }
 }
