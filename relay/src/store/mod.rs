@@ -88,6 +88,10 @@ pub fn authorize(stored_token_hash: &str, closed: bool, token_hash: &str) -> Res
 /// stays), so neither is their charge.
 pub const OWNER_OVERHEAD_BYTES: u64 = 4096;
 
+/// How long a close spends deleting the closed owner's log before it answers; what is left
+/// (it is invisible and counts nowhere) goes in the next compaction pass, in batches.
+pub const CLOSE_PURGE_BUDGET: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Refuses `adding` bytes past the owner's quota or the relay-wide ceiling.
 pub fn check_quota(quotas: sqlite::Quotas, owner_used: u64, total_used: u64, adding: u64) -> Result<(), StoreError> {
     if owner_used + adding > quotas.max_owner_bytes {
@@ -420,6 +424,14 @@ pub trait RelayStore: Send + Sync + 'static {
 
     /// Drops the claims whose hold has passed (by the database's clock); returns how many.
     fn release_orphan_claims(&self) -> Result<u64, StoreError>;
+
+    /// The last object-store key the orphan sweep examined (it goes on after it), kept in the
+    /// database: a restart does not send the sweep back to the bucket's start, and the relay's
+    /// processes share one walk. None: from the start.
+    fn sweep_cursor(&self) -> Result<Option<String>, StoreError>;
+
+    /// Records where the orphan sweep goes on from (None: it wrapped around to the start).
+    fn set_sweep_cursor(&self, key: Option<&str>) -> Result<(), StoreError>;
 
     /// Heads other relay processes commit, as `(owner, head seq)` notices (the PostgreSQL
     /// backend listens for them; a single-process store has none). Call within the runtime.

@@ -56,8 +56,6 @@ pub struct ObjectBlobs {
     timeout: Duration,
     /// How old an object without a row must be before the orphan sweep deletes it.
     orphan_grace: Duration,
-    /// The last key the orphan sweep examined (None: start from the first).
-    sweep_after: Mutex<Option<Path>>,
     claim_hold: Option<Duration>,
     /// When the object store was last probed for readiness, and whether it answered.
     object_store_seen: Mutex<Option<(Instant, bool)>>,
@@ -145,7 +143,6 @@ impl ObjectBlobs {
             handle: tokio::runtime::Handle::current(),
             timeout,
             orphan_grace: Duration::from_secs(3600),
-            sweep_after: Mutex::new(None),
             claim_hold: None,
             object_store_seen: Mutex::new(None),
         }
@@ -256,7 +253,7 @@ impl ObjectBlobs {
     pub fn sweep_orphans(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
         self.inner.release_orphan_claims()?;
-        let after = self.sweep_after.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let after = self.inner.sweep_cursor()?.map(Path::from);
         let root = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
         let batch: Vec<ObjectMeta> = self.call(async {
             let mut listing = match &after {
@@ -275,7 +272,7 @@ impl ObjectBlobs {
         // S3 lists in key order; the largest key is the cursor either way.
         let next =
             if batch.len() < ORPHAN_SWEEP_BATCH { None } else { batch.iter().map(|m| &m.location).max().cloned() };
-        *self.sweep_after.lock().unwrap_or_else(|p| p.into_inner()) = next;
+        self.inner.set_sweep_cursor(next.as_ref().map(|p| p.as_ref()))?;
         let old_enough = now.saturating_sub(self.orphan_grace.as_millis() as u64) as i64;
         let mut report = SweepReport::default();
         for meta in batch {
@@ -474,6 +471,14 @@ impl RelayStore for ObjectBlobs {
 
     fn release_orphan_claims(&self) -> Result<u64, StoreError> {
         self.inner.release_orphan_claims()
+    }
+
+    fn sweep_cursor(&self) -> Result<Option<String>, StoreError> {
+        self.inner.sweep_cursor()
+    }
+
+    fn set_sweep_cursor(&self, key: Option<&str>) -> Result<(), StoreError> {
+        self.inner.set_sweep_cursor(key)
     }
 
     fn subscribe_heads(&self) -> Option<tokio::sync::mpsc::UnboundedReceiver<(String, u64)>> {

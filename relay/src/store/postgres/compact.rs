@@ -62,11 +62,10 @@ async fn run(
         .map(|r| r.get(0))
         .collect();
     for owner_id in closed {
-        if cancel.load(Ordering::Relaxed) {
+        if !purge_owner_log(&*client, &owner_id, cancel, None).await? {
             report.complete = false;
             break;
         }
-        purge_owner_log(&*client, &owner_id).await?;
     }
     'owners: for owner_id in owners {
         if !report.complete {
@@ -146,11 +145,17 @@ async fn run(
 
 /// Deletes a closed owner's events, [`BATCH`] per statement (each its own transaction): its
 /// counters were zeroed when it closed, so these rows no longer count anywhere.
+/// Stops early (false) once `cancel` is set or `until` has passed; the next pass goes on.
 pub(super) async fn purge_owner_log(
     client: &impl deadpool_postgres::GenericClient,
     owner_id: &str,
-) -> Result<(), StoreError> {
+    cancel: &AtomicBool,
+    until: Option<Instant>,
+) -> Result<bool, StoreError> {
     loop {
+        if cancel.load(Ordering::Relaxed) || until.is_some_and(|u| Instant::now() >= u) {
+            return Ok(false);
+        }
         let n = client
             .execute(
                 "DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE owner_id = $1 ORDER BY seq LIMIT $2)",
@@ -159,7 +164,7 @@ pub(super) async fn purge_owner_log(
             .await
             .map_err(pg_error)?;
         if (n as i64) < BATCH {
-            return Ok(());
+            return Ok(true);
         }
     }
 }

@@ -660,8 +660,11 @@ impl RelayStore for PgStore {
             tx.commit().await.map_err(pg_error)?;
             self.added_total(-owner.stored_bytes);
             self.adjust_totals([0, 1, -owner.event_count, -(deleted_blobs as i64), -owner.stored_bytes]);
-            if let Err(e) = compact::purge_owner_log(&client, owner_id).await {
-                tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on");
+            let until = Some(std::time::Instant::now() + super::CLOSE_PURGE_BUDGET);
+            match compact::purge_owner_log(&client, owner_id, &AtomicBool::new(false), until).await {
+                Ok(true) => {}
+                Ok(false) => tracing::info!("a closed owner's log is large: the next compaction pass deletes the rest"),
+                Err(e) => tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on"),
             }
             Ok(CloseResponse { closed: true, deleted_events, deleted_blobs })
         })
@@ -810,6 +813,20 @@ impl RelayStore for PgStore {
                 .await
                 .map_err(pg_error)?;
             Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn sweep_cursor(&self) -> Result<Option<String>, StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            Ok(schema::meta(&client, "orphan_sweep_after").await?.filter(|k| !k.is_empty()))
+        })
+    }
+
+    fn set_sweep_cursor(&self, key: Option<&str>) -> Result<(), StoreError> {
+        self.run(async {
+            let client = self.client().await?;
+            schema::set_meta(&client, "orphan_sweep_after", key.unwrap_or("")).await
         })
     }
 

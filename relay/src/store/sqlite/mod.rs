@@ -42,6 +42,9 @@ use super::{
 
 const READER_POOL: usize = 8;
 
+/// `relay_meta` key of the orphan sweep's cursor ([`RelayStore::sweep_cursor`]).
+const SWEEP_CURSOR: &str = "orphan_sweep_after";
+
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> Self {
         use rusqlite::ErrorCode;
@@ -451,8 +454,13 @@ impl RelayStore for SqliteStore {
         })?;
         if let Some(key) = owner_key {
             let mut report = CompactionReport::default();
-            if let Err(e) = compact::purge_owner_log(self, key, &AtomicBool::new(false), &mut report) {
-                tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on");
+            let until = Some(Instant::now() + crate::store::CLOSE_PURGE_BUDGET);
+            match compact::purge_owner_log(self, key, &AtomicBool::new(false), until, &mut report) {
+                Ok(true) => {}
+                Ok(false) => tracing::info!("a closed owner's log is large: the next compaction pass deletes the rest"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "a closed owner's log is not all deleted yet; the next compaction pass goes on")
+                }
             }
         }
         Ok(closed)
@@ -555,6 +563,14 @@ impl RelayStore for SqliteStore {
             let ids = stmt.query_map([], |r| r.get(0))?.collect::<Result<Vec<String>, _>>()?;
             Ok(ids)
         })
+    }
+
+    fn sweep_cursor(&self) -> Result<Option<String>, StoreError> {
+        self.read(|conn| Ok(meta_get::<String>(conn, SWEEP_CURSOR)?.filter(|k| !k.is_empty())))
+    }
+
+    fn set_sweep_cursor(&self, key: Option<&str>) -> Result<(), StoreError> {
+        self.write(None, |tx| set_meta(tx, SWEEP_CURSOR, &key.unwrap_or("")))
     }
 
     fn mark_objects_swept(&self, owner_id: &str, now: &str) -> Result<(), StoreError> {
