@@ -78,6 +78,9 @@ impl Server {
                 .env("RUST_LOG", "warn")
                 .env("COMPACTION_INTERVAL_MS", "0")
                 .env("MAX_TOTAL_BYTES", "100000000000")
+                // Every writer is one address here: no per-address byte budget or share.
+                .env("CLIENT_BYTES_PER_HOUR", "0")
+                .env("MAX_IN_FLIGHT_PER_CLIENT", "0")
                 .stdout(Stdio::piped())
                 .stderr(Stdio::null());
             if let Some(url) = &database_url {

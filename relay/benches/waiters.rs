@@ -37,6 +37,9 @@ impl Relay {
             .env("REGISTRATIONS_PER_MINUTE", "1000000")
             // ... and holds every device's connection (the default allows 1000 per address).
             .env("MAX_CONNECTIONS_PER_CLIENT", "0")
+            // ... and its requests in flight, and its bytes (every device is one address here).
+            .env("MAX_IN_FLIGHT_PER_CLIENT", "0")
+            .env("CLIENT_BYTES_PER_HOUR", "0")
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()

@@ -37,7 +37,8 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_IN_FLIGHT_REQUESTS", "256", "requests handled at once; more get 503 with Retry-After"),
     ("MAX_IN_FLIGHT_BYTES", "268435456", "request body and response bytes held at once (a response's until it is sent); more get 503"),
     ("MAX_IN_FLIGHT_PER_CLIENT", "64", "requests one client address (an IPv6 client by its /64) may have in flight at once; more get 429 with Retry-After; 0: no cap"),
-    ("MIN_BYTES_PER_SEC", "4096", "slowest a request body or a response may move, averaged, after its first 10 s: a slower body gets 408, a slower reader's connection is closed; 0: any pace"),
+    ("MIN_BYTES_PER_SEC", "4096", "slowest a request body or a response may move, averaged, after MIN_BYTES_GRACE_MS: a slower body gets 408, a slower reader's connection is closed; 0: any pace"),
+    ("MIN_BYTES_GRACE_MS", "30000", "the time a request body or a response gets before MIN_BYTES_PER_SEC counts (a radio handover, a slow start)"),
     ("MAX_CONNECTIONS_PER_CLIENT", "1000", "open connections from one client address (an IPv6 client by its /64); not applied with CLIENT_IP_HEADER set (behind a proxy, the proxy caps); 0: no cap"),
     ("MAX_CONNECTIONS", "12000", "open connections; further ones are closed at once (the relay raises its file-descriptor limit to fit, or lowers this to the limit)"),
     ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
@@ -142,14 +143,23 @@ pub struct Admission {
     pub client_bytes_per_hour: u64,
     /// Per-client-address limits: requests in flight at once (0: none).
     pub max_in_flight_per_client: usize,
-    /// Slowest a request body or a response may move after its first 10 s, bytes/s (0: any).
+    /// Slowest a request body or a response may move after its grace, bytes/s (0: any).
     pub min_bytes_per_sec: u64,
+    /// The time a transfer gets before its pace counts, ms.
+    pub min_bytes_grace_ms: u64,
     /// Header that carries the client address (behind a trusted proxy).
     pub client_ip_header: Option<String>,
     /// Long-polls held at once.
     pub live_max_waiters: usize,
     /// Long-polls one owner may hold at once.
     pub live_max_waiters_per_owner: usize,
+}
+
+impl Admission {
+    /// The time a transfer gets before `MIN_BYTES_PER_SEC` counts.
+    pub fn pace_grace(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.min_bytes_grace_ms)
+    }
 }
 
 impl Default for Admission {
@@ -166,6 +176,7 @@ impl Default for Admission {
             client_bytes_per_hour: 4 << 30,
             max_in_flight_per_client: 64,
             min_bytes_per_sec: 4096,
+            min_bytes_grace_ms: 30_000,
             client_ip_header: None,
             live_max_waiters: 10_000,
             live_max_waiters_per_owner: 16,
@@ -329,6 +340,7 @@ impl Config {
             client_bytes_per_hour: num(&lookup, "CLIENT_BYTES_PER_HOUR", a.client_bytes_per_hour, 0)?,
             max_in_flight_per_client: num(&lookup, "MAX_IN_FLIGHT_PER_CLIENT", a.max_in_flight_per_client, 0)?,
             min_bytes_per_sec: num(&lookup, "MIN_BYTES_PER_SEC", a.min_bytes_per_sec, 0)?,
+            min_bytes_grace_ms: num(&lookup, "MIN_BYTES_GRACE_MS", a.min_bytes_grace_ms, 0)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
             live_max_waiters: 0,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,
@@ -365,7 +377,15 @@ impl Config {
                 ),
             });
         }
+        let keys_set = lookup("REGISTRATION_KEYS").is_some_and(|k| !k.trim().is_empty());
         let (registration_open, registration_keys) = match lookup("REGISTRATION").as_deref().map(str::trim) {
+            None | Some("open") | Some("closed") if keys_set => {
+                return Err(ConfigError {
+                    name: "REGISTRATION_KEYS",
+                    value: "(set)".into(),
+                    reason: "given without REGISTRATION=token, so no token would be asked for: set REGISTRATION=token, or unset REGISTRATION_KEYS".into(),
+                })
+            }
             None | Some("open") => (true, None),
             Some("closed") => (false, None),
             Some("token") => {

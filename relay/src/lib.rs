@@ -130,7 +130,12 @@ pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
         metrics: Arc::new(Metrics::default()),
         limits: Arc::new(config.limits.clone()),
         admission: Arc::new(a.clone()),
-        budget: Arc::new(Budget::new(a.max_in_flight_requests, a.max_in_flight_bytes, a.max_in_flight_per_client)),
+        budget: Arc::new(Budget::new(
+            a.max_in_flight_requests,
+            a.max_in_flight_bytes,
+            a.max_in_flight_per_client,
+            config.limits.max_request_bytes.max(config.limits.max_blob_bytes) as u64,
+        )),
         registrations: Arc::new(RateLimit::new(a.registrations_per_minute)),
         auth_failures: Arc::new(RateLimit::new(a.auth_failures_per_minute)),
         registration_keys: config.registration_keys.clone().map(Arc::new),
@@ -253,7 +258,7 @@ pub async fn serve_on(
         header_timeout: Duration::from_millis(config.admission.header_timeout_ms),
         idle_timeout: Duration::from_millis(config.admission.idle_timeout_ms),
         min_bytes_per_sec: config.admission.min_bytes_per_sec,
-        pace_grace: http::pace::GRACE,
+        pace_grace: config.admission.pace_grace(),
     };
     let drain = Duration::from_millis(config.shutdown_timeout_ms);
     let (stop_metrics, metrics_stopped) = tokio::sync::oneshot::channel::<()>();

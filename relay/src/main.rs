@@ -38,8 +38,8 @@ enum Command {
         /// File holding the signing key (base64url).
         #[arg(long)]
         signing_key_file: std::path::PathBuf,
-        /// Seconds the token stays valid.
-        #[arg(long, default_value_t = 3600)]
+        /// Seconds the token stays valid (keep it short: a token registers owners until then).
+        #[arg(long, default_value_t = 600)]
         ttl_secs: u64,
         /// Valid for this owner id only (else for any owner until it expires).
         #[arg(long)]

@@ -59,6 +59,8 @@ struct IdleTimeout<S> {
     /// written since. Ends when the client sends its next request.
     backlog: Option<(Instant, u64)>,
     pace_timer: Pin<Box<Sleep>>,
+    /// The last write would have blocked (the client is not taking what is sent).
+    write_blocked: bool,
 }
 
 impl<S> IdleTimeout<S> {
@@ -71,17 +73,17 @@ impl<S> IdleTimeout<S> {
             grace,
             backlog: None,
             pace_timer: Box::pin(tokio::time::sleep(grace)),
+            write_blocked: false,
         }
     }
 
     /// A write would block: the client is not reading as fast as the answer goes. True once it
     /// has fallen behind the pace (the timer wakes the connection when it does).
     fn behind(&mut self, cx: &mut Context<'_>) -> bool {
-        if self.min_bytes_per_sec == 0 {
-            return false;
-        }
+        self.write_blocked = true;
         let (since, written) = *self.backlog.get_or_insert((Instant::now(), 0));
-        let due = since + self.grace + Duration::from_secs_f64(written as f64 / self.min_bytes_per_sec as f64);
+        let pace = crate::http::pace::Pace { min_bytes_per_sec: self.min_bytes_per_sec, grace: self.grace };
+        let Some(due) = pace.due(since, written) else { return false };
         if self.pace_timer.deadline() != due {
             self.pace_timer.as_mut().reset(due);
         }
@@ -115,8 +117,11 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
             Poll::Ready(r) => {
                 if buf.filled().len() > before {
                     self.progressed();
-                    // The client sent its next request: it read the last answer.
-                    self.backlog = None;
+                    // The client sent its next request, having taken the last answer (bytes
+                    // it sends while an answer waits on it do not reset its pace).
+                    if !self.write_blocked {
+                        self.backlog = None;
+                    }
                 }
                 Poll::Ready(r)
             }
@@ -131,6 +136,7 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
             Poll::Ready(r) => {
                 if let Ok(n) = r {
+                    self.write_blocked = false;
                     if n > 0 {
                         self.progressed();
                         if let Some((_, written)) = &mut self.backlog {

@@ -114,7 +114,7 @@ async fn exceeding_max_total_bytes_over_all_owners_is_413() {
 }
 
 /// What each owner's records count against `MAX_TOTAL_BYTES` (the relay's `OWNER_OVERHEAD_BYTES`).
-const OWNER_OVERHEAD: u64 = 4096;
+const OWNER_OVERHEAD: u64 = simplysync_relay::store::OWNER_OVERHEAD_BYTES;
 
 #[tokio::test]
 async fn each_owner_counts_its_records_against_max_total_bytes_so_owners_storing_little_cannot_fill_a_relay() {

@@ -9,6 +9,9 @@ use crate::engine::io::{Clock, HttpRequest, HttpResponse, LocalFuture, Method, T
 #[derive(Debug, Clone)]
 pub struct HttpTransport {
     client: reqwest::Client,
+    /// For requests that carry a registration token: redirects are not followed (the token
+    /// is for the relay it was given for, and reqwest keeps custom headers across hosts).
+    no_redirects: reqwest::Client,
 }
 
 impl HttpTransport {
@@ -16,12 +19,18 @@ impl HttpTransport {
     pub fn new() -> Result<HttpTransport, TransportError> {
         // reqwest is built without a default TLS provider; use ring (no cmake needed).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .connect_timeout(Duration::from_secs(10))
-            .user_agent(concat!("simplysync/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| TransportError(format!("cannot build the HTTP client: {e}")))?;
-        Ok(HttpTransport { client })
+        let build = |redirects: reqwest::redirect::Policy| {
+            reqwest::Client::builder()
+                .connect_timeout(Duration::from_secs(10))
+                .user_agent(concat!("simplysync/", env!("CARGO_PKG_VERSION")))
+                .redirect(redirects)
+                .build()
+                .map_err(|e| TransportError(format!("cannot build the HTTP client: {e}")))
+        };
+        Ok(HttpTransport {
+            client: build(reqwest::redirect::Policy::default())?,
+            no_redirects: build(reqwest::redirect::Policy::none())?,
+        })
     }
 }
 
@@ -61,7 +70,8 @@ impl HttpTransport {
                 Method::Put => reqwest::Method::PUT,
                 Method::Head => reqwest::Method::HEAD,
             };
-            let mut r = self.client.request(method, &req.url).timeout(Duration::from_millis(req.timeout_ms.into()));
+            let client = if req.registration.is_some() { &self.no_redirects } else { &self.client };
+            let mut r = client.request(method, &req.url).timeout(Duration::from_millis(req.timeout_ms.into()));
             if let Some(t) = &req.bearer {
                 r = r.bearer_auth(t);
             }

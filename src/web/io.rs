@@ -54,6 +54,8 @@ impl FetchTransport {
         }
         if let Some(t) = &req.registration {
             headers.set("X-SimplySync-Registration", t)?;
+            // The token is for this relay only: a redirect elsewhere would carry it along.
+            init.set_redirect(web_sys::RequestRedirect::Error);
         }
         if let Some(ct) = req.content_type {
             headers.set("Content-Type", ct)?;

@@ -82,3 +82,46 @@ async fn the_cli_syncs_with_a_token_relay_given_registration_token_url_equals_to
     let malformed = cli(&["sync", "--once", "--relay", &relay.url, "--registration-token", "no-equals-sign"]);
     assert!(String::from_utf8_lossy(&malformed.stderr).contains("URL=TOKEN"), "{malformed:?}");
 }
+
+/// A server that answers every request with `answer` and reports each request's head.
+async fn server(answer: String) -> (String, tokio::sync::mpsc::UnboundedReceiver<String>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut buf = vec![0u8; 8192];
+            let n = socket.read(&mut buf).await.unwrap_or(0);
+            let _ = tx.send(String::from_utf8_lossy(&buf[..n]).to_lowercase());
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    (url, rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_carrying_a_registration_token_never_follows_a_redirect_to_another_host() {
+    use simplysync::engine::io::{HttpRequest, Transport};
+    let (elsewhere, mut seen_elsewhere) = server("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}".into()).await;
+    let moved =
+        format!("HTTP/1.1 307 Temporary Redirect\r\nLocation: {elsewhere}/v1/events\r\nContent-Length: 0\r\n\r\n");
+    let (relay, _) = server(moved).await;
+    let transport = simplysync::native::HttpTransport::new().unwrap();
+    let request = |registration: Option<&str>| HttpRequest {
+        method: Method::Post,
+        url: format!("{relay}/v1/events"),
+        bearer: None,
+        registration: registration.map(str::to_owned),
+        content_type: Some("application/json"),
+        body: Some(b"{}".to_vec()),
+        timeout_ms: 5000,
+        max_response_bytes: 1 << 20,
+    };
+    let answer = transport.send(request(Some("the-token"))).await.unwrap();
+    assert_eq!(answer.status, 307, "not followed");
+    assert!(seen_elsewhere.try_recv().is_err(), "the token's request never reached another host");
+    // Without a token a redirect is followed as before.
+    assert_eq!(transport.send(request(None)).await.unwrap().status, 200);
+    assert!(!seen_elsewhere.recv().await.unwrap().contains("x-simplysync-registration"));
+}

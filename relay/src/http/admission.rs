@@ -17,7 +17,7 @@ use axum::response::{IntoResponse, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::error::ApiError;
-use super::pace::{Held, Pace, Paced, GRACE};
+use super::pace::{Held, Pace, Paced};
 use super::{AppState, ClientIp};
 use axum::body::Body;
 
@@ -30,13 +30,14 @@ pub struct Budget {
     unit: u64,
     /// Permits of `bytes` in all.
     byte_units: u32,
-    per_client: Arc<ClientSlots>,
+    per_client: Arc<ClientShares>,
 }
 
 impl Budget {
-    /// A budget of `requests` requests (`per_client` of them from one client address; 0: no
-    /// cap) and `bytes` bytes.
-    pub fn new(requests: usize, bytes: u64, per_client: usize) -> Budget {
+    /// A budget of `requests` requests and `bytes` bytes; one client address may hold
+    /// `per_client` of those requests (0: no per-client caps) and an eighth of the bytes, or
+    /// `largest_body` if that is more.
+    pub fn new(requests: usize, bytes: u64, per_client: usize, largest_body: u64) -> Budget {
         let unit = 1024;
         let permits = (bytes / unit).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize) as u64) as u32;
         Budget {
@@ -44,7 +45,11 @@ impl Budget {
             bytes: Arc::new(Semaphore::new(permits as usize)),
             unit,
             byte_units: permits,
-            per_client: Arc::new(ClientSlots { cap: per_client, held: Mutex::new(HashMap::new()) }),
+            per_client: Arc::new(ClientShares {
+                max_requests: per_client,
+                max_bytes: (bytes / 8).max(largest_body),
+                held: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
@@ -66,38 +71,70 @@ impl Budget {
     }
 }
 
-/// Requests in flight per client address (an IPv6 client by its /64): one client cannot take
-/// every place in the budget. Entries exist only while a request is in flight.
+/// What each client address (an IPv6 client by its /64) holds of the in-flight budget:
+/// requests, and bytes of bodies and answers, each capped, so one client cannot take the
+/// budget from everyone else. Entries exist only while a client holds something.
 #[derive(Debug)]
-struct ClientSlots {
-    cap: usize,
-    held: Mutex<HashMap<IpAddr, usize>>,
+struct ClientShares {
+    /// Requests one client may have in flight (0: no caps at all).
+    max_requests: usize,
+    /// Bytes one client may hold: an eighth of the budget, or the largest body a route takes.
+    max_bytes: u64,
+    held: Mutex<HashMap<IpAddr, (usize, u64)>>,
 }
 
-/// A place of one client's, given back when dropped.
-struct ClientSlot {
-    slots: Arc<ClientSlots>,
+/// One request's share of its client's: given back when dropped (with its answer, once sent).
+#[derive(Debug)]
+struct ClientShare {
+    shares: Arc<ClientShares>,
     key: IpAddr,
+    bytes: u64,
 }
 
-impl ClientSlots {
-    fn take(self: &Arc<Self>, ip: IpAddr) -> Option<ClientSlot> {
+/// Which of a client's caps a request would pass.
+enum OverShare {
+    Requests,
+    Bytes,
+}
+
+impl ClientShares {
+    fn take(self: &Arc<Self>, ip: IpAddr, bytes: u64) -> Result<ClientShare, OverShare> {
         let key = crate::ratelimit::client_key(ip);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
-        let n = held.entry(key).or_insert(0);
-        if *n >= self.cap {
-            return None;
+        let (n, b) = held.get(&key).copied().unwrap_or((0, 0));
+        if n >= self.max_requests {
+            return Err(OverShare::Requests);
         }
-        *n += 1;
-        Some(ClientSlot { slots: self.clone(), key })
+        if b + bytes > self.max_bytes {
+            return Err(OverShare::Bytes);
+        }
+        held.insert(key, (n + 1, b + bytes));
+        Ok(ClientShare { shares: self.clone(), key, bytes })
     }
 }
 
-impl Drop for ClientSlot {
+impl ClientShare {
+    /// Holds `bytes` (the answer's) in place of the body's; false, holding nothing more, if
+    /// that passes the client's byte cap.
+    fn hold(&mut self, bytes: u64) -> bool {
+        let mut held = self.shares.held.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((_, b)) = held.get_mut(&self.key) else { return false };
+        let others = *b - self.bytes;
+        if bytes > self.bytes && others + bytes > self.shares.max_bytes {
+            return false;
+        }
+        *b = others + bytes;
+        self.bytes = bytes;
+        true
+    }
+}
+
+impl Drop for ClientShare {
     fn drop(&mut self) {
-        let mut held = self.slots.held.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(n) = held.get_mut(&self.key) {
+        let mut held = self.shares.held.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((n, b)) = held.get_mut(&self.key) {
             *n -= 1;
+            *b -= self.bytes;
             if *n == 0 {
                 held.remove(&self.key);
             }
@@ -182,49 +219,65 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
     if route == "/v1/events/wait" || route == "/health" || route == "/ready" {
         return next.run(req).await;
     }
-    // One client's requests in flight.
+    // A body of unknown length counts as the route's limit (it is read no further than that).
+    let is_read = matches!(*req.method(), Method::GET | Method::HEAD);
+    let body = declared.unwrap_or(if is_read { 0 } else { limit });
+    // One client's share: its requests and bytes in flight.
     let client = req.extensions().get::<ClientIp>().and_then(|c| c.0);
-    let slot = match client {
-        Some(ip) if st.budget.per_client.cap > 0 => match st.budget.per_client.take(ip) {
-            Some(slot) => Some(slot),
-            None => {
+    let mut share = match client {
+        Some(ip) if st.budget.per_client.max_requests > 0 => match st.budget.per_client.take(ip, body) {
+            Ok(share) => Some(share),
+            Err(over) => {
                 st.metrics.record_rejection("client_in_flight");
-                return ApiError::RateLimited {
-                    message: format!(
+                let message = match over {
+                    OverShare::Requests => format!(
                         "this client has {} requests in flight (MAX_IN_FLIGHT_PER_CLIENT); try again when one has finished",
-                        st.budget.per_client.cap
+                        st.budget.per_client.max_requests
                     ),
-                    retry_after: 1,
-                }
-                .into_response();
+                    OverShare::Bytes => format!(
+                        "this client holds {} bytes of requests and answers in flight (an eighth of MAX_IN_FLIGHT_BYTES); try again when one has finished",
+                        st.budget.per_client.max_bytes
+                    ),
+                };
+                return ApiError::RateLimited { message, retry_after: 1 }.into_response();
             }
         },
         _ => None,
     };
-    // A body of unknown length counts as the route's limit (it is read no further than that).
-    let Some(permits) =
-        st.budget.take(declared.unwrap_or(if matches!(*req.method(), Method::GET | Method::HEAD) { 0 } else { limit }))
-    else {
+    let Some(permits) = st.budget.take(body) else {
         st.metrics.record_rejection("overloaded");
         return ApiError::Overloaded("the relay is handling as many requests as it takes; try again shortly".into())
             .into_response();
     };
-    let pace = Pace { min_bytes_per_sec: st.admission.min_bytes_per_sec, grace: GRACE };
+    let pace = Pace { min_bytes_per_sec: st.admission.min_bytes_per_sec, grace: st.admission.pace_grace() };
     let req = if pace.min_bytes_per_sec > 0 { req.map(|b| Body::new(Paced::request(b, pace))) } else { req };
+    let method = req.method().clone();
     let resp = next.run(req).await;
     drop(permits);
-    drop(slot);
-    // The response's bytes stay in the budget until it is sent (a slow reader holds them for
-    // no longer than MIN_BYTES_PER_SEC allows: net.rs disconnects it).
+    // The answer's bytes stay in the budget, and in its client's share, until it is sent (a
+    // slow reader holds them for no longer than MIN_BYTES_PER_SEC allows: net.rs disconnects
+    // it). A HEAD sends none, and the operator's pages are never held back.
     let hint = http_body::Body::size_hint(resp.body());
     let size = hint.exact().unwrap_or_else(|| hint.lower());
-    if size == 0 {
+    if size == 0 || method == Method::HEAD || is_token_route(&route) {
         return resp;
     }
-    let Some(hold) = st.budget.take_response(size) else {
+    let hold = st.budget.take_response(size);
+    let shared = share.as_mut().is_none_or(|s| s.hold(size));
+    // A read can be asked again; a write's answer is sent whatever the budget (what it did is
+    // done, and its answer is small).
+    if method == Method::GET && !shared {
+        st.metrics.record_rejection("client_in_flight");
+        let message = format!(
+            "this client holds {} bytes of answers not yet taken (an eighth of MAX_IN_FLIGHT_BYTES); try again when it has read them",
+            st.budget.per_client.max_bytes
+        );
+        return ApiError::RateLimited { message, retry_after: 1 }.into_response();
+    }
+    if method == Method::GET && hold.is_none() {
         st.metrics.record_rejection("overloaded");
         return ApiError::Overloaded("the relay is sending as many bytes as it holds; try again shortly".into())
             .into_response();
-    };
-    resp.map(|b| Body::new(Held::new(b, hold)))
+    }
+    resp.map(|b| Body::new(Held::new(b, (hold, share))))
 }

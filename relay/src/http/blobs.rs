@@ -12,7 +12,7 @@ use simplysync_protocol::wire::BlobPutResponse;
 use super::error::ApiError;
 use super::request::{bearer, body_bytes, owner_id, query, truncate};
 use super::{blocking, deadline_of, now_iso, AppState, ClientIp, Owner};
-use crate::store::{BlobData, BlobPresence};
+use crate::store::{BlobData, BlobPresence, MayRegister, StoreError};
 
 struct Target {
     owner: String,
@@ -58,6 +58,19 @@ pub async fn put(
         st.metrics.record_blob_put(true);
         return Ok((Owner(t.owner), axum::Json(BlobPutResponse { stored: true, duplicate: true })).into_response());
     }
+    // Whether this upload may register its owner is known before its body: a refusal (no
+    // token, over the rate) costs the relay no read.
+    let reg_token = super::events::registration_token(&headers);
+    let (register, reservation) = super::events::may_register(
+        &st,
+        client,
+        presence == BlobPresence::UnknownOwner,
+        &t.owner,
+        reg_token.as_deref(),
+    );
+    if let MayRegister::Refused(why) = register {
+        return Err(super::store_failure(&st, StoreError::RegistrationRefused(why)));
+    }
     let bytes = body_bytes(&headers, body, st.limits.max_blob_bytes, "the blob chunk").await?;
     super::admission::charge_bytes(&st, client, bytes.len());
     if bytes.is_empty() {
@@ -68,14 +81,6 @@ pub async fn put(
         return Err(ApiError::HashMismatch { expected: t.hash, actual });
     }
     let (o, now) = (t.owner.clone(), now_iso());
-    let reg_token = super::events::registration_token(&headers);
-    let (register, reservation) = super::events::may_register(
-        &st,
-        client,
-        presence == BlobPresence::UnknownOwner,
-        &t.owner,
-        reg_token.as_deref(),
-    );
     // What a stored chunk implies is done with the write, even if the client has gone.
     let task_state = st.clone();
     let out = blocking(&st, move |s| {

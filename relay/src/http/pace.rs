@@ -1,5 +1,5 @@
 //! Slow request bodies, and the bytes of answers. A request body that arrives slower than
-//! `MIN_BYTES_PER_SEC` (averaged from its start, after a grace of [`GRACE`]) gets 408: without
+//! `MIN_BYTES_PER_SEC` (averaged from when it is first asked for, after `MIN_BYTES_GRACE_MS`) gets 408: without
 //! this a client that trickles a body holds a place in the in-flight budget for the whole
 //! `REQUEST_TIMEOUT_MS`. (A client that reads its answers too slowly is disconnected by the
 //! connection itself, net.rs; a transfer that stops altogether, by `IDLE_TIMEOUT_MS`.)
@@ -14,11 +14,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use tokio::sync::OwnedSemaphorePermit;
 use tokio::time::{Instant, Sleep};
-
-/// Time a transfer gets before its pace counts (a TLS handshake, a slow start).
-pub const GRACE: Duration = Duration::from_secs(10);
 
 /// Why a transfer was cut off.
 #[derive(Debug)]
@@ -52,7 +48,7 @@ pub struct Pace {
 
 impl Pace {
     /// When a transfer that started at `start` and moved `moved` bytes must have moved its next.
-    fn due(&self, start: Instant, moved: u64) -> Option<Instant> {
+    pub(crate) fn due(&self, start: Instant, moved: u64) -> Option<Instant> {
         (self.min_bytes_per_sec > 0)
             .then(|| start + self.grace + Duration::from_secs_f64(moved as f64 / self.min_bytes_per_sec as f64))
     }
@@ -62,7 +58,8 @@ impl Pace {
 pub struct Paced<B> {
     inner: B,
     pace: Pace,
-    start: Instant,
+    /// When the handler first asked for the body (its own work before that does not count).
+    start: Option<Instant>,
     moved: u64,
     /// Fires when the next bytes are overdue.
     timer: Option<Pin<Box<Sleep>>>,
@@ -77,11 +74,12 @@ impl<B> std::fmt::Debug for Paced<B> {
 impl<B> Paced<B> {
     /// A request body that must arrive at `pace`.
     pub fn request(inner: B, pace: Pace) -> Paced<B> {
-        Paced { inner, pace, start: Instant::now(), moved: 0, timer: None }
+        Paced { inner, pace, start: None, moved: 0, timer: None }
     }
 
     fn too_slow(&self) -> TooSlow {
-        TooSlow { moved: self.moved, elapsed: self.start.elapsed(), min_bytes_per_sec: self.pace.min_bytes_per_sec }
+        let elapsed = self.start.map_or(Duration::ZERO, |s| s.elapsed());
+        TooSlow { moved: self.moved, elapsed, min_bytes_per_sec: self.pace.min_bytes_per_sec }
     }
 }
 
@@ -95,6 +93,7 @@ where
 
     fn poll_frame(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = &mut *self;
+        let start = *this.start.get_or_insert_with(Instant::now);
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(Some(Ok(frame))) => {
                 if let Some(data) = frame.data_ref() {
@@ -105,7 +104,7 @@ where
             Poll::Ready(Some(Err(e))) => Poll::Ready(Some(Err(e.into()))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => {
-                let Some(due) = this.pace.due(this.start, this.moved) else { return Poll::Pending };
+                let Some(due) = this.pace.due(start, this.moved) else { return Poll::Pending };
                 let timer = this.timer.get_or_insert_with(|| Box::pin(tokio::time::sleep_until(due)));
                 if timer.deadline() != due {
                     timer.as_mut().reset(due);
@@ -130,29 +129,30 @@ where
 /// An answer holding its share of the in-flight byte budget until it is handed over whole or
 /// dropped. It is handed over [`SLICE`] bytes at a time, so the connection holds a few slices
 /// (hyper queues at most 16) while the rest stays here, counted.
-pub struct Held<B> {
+pub struct Held<B, G> {
     inner: B,
     /// The rest of a frame still to hand over.
     rest: Option<Bytes>,
-    _hold: OwnedSemaphorePermit,
+    /// What the answer holds (budget permits, its client's share) until it is gone.
+    _guard: G,
 }
 
 /// An answer is handed to the connection this many bytes at a time.
 const SLICE: usize = 64 * 1024;
 
-impl<B> std::fmt::Debug for Held<B> {
+impl<B, G> std::fmt::Debug for Held<B, G> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Held").field("rest", &self.rest.as_ref().map(Bytes::len)).finish_non_exhaustive()
     }
 }
 
-impl<B> Held<B> {
-    pub fn new(inner: B, hold: OwnedSemaphorePermit) -> Held<B> {
-        Held { inner, rest: None, _hold: hold }
+impl<B, G> Held<B, G> {
+    pub fn new(inner: B, guard: G) -> Held<B, G> {
+        Held { inner, rest: None, _guard: guard }
     }
 }
 
-impl<B: Body<Data = Bytes> + Unpin> Body for Held<B> {
+impl<B: Body<Data = Bytes> + Unpin, G: Unpin> Body for Held<B, G> {
     type Data = Bytes;
     type Error = B::Error;
 
@@ -234,12 +234,13 @@ mod tests {
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Frame<Bytes>, std::convert::Infallible>>(1);
         let stream = http_body_util::StreamBody::new(tokio_stream_from(rx));
         let mut body = Paced::request(stream, pace(100));
+        tokio::time::advance(Duration::from_secs(5)).await; // before the body is asked for: not counted
         tx.send(Ok(Frame::data(Bytes::from_static(&[0u8; 50])))).await.unwrap();
         assert_eq!(body.frame().await.unwrap().unwrap().into_data().unwrap().len(), 50);
         // 50 bytes at 100 bytes/s: the next bytes are due at 0.2 s + 0.5 s.
         let err = body.frame().await.unwrap().unwrap_err();
         assert!(is_too_slow(err.as_ref()), "{err}");
-        assert!(Instant::now().duration_since(body.start) >= Duration::from_millis(700));
+        assert!(Instant::now().duration_since(body.start.unwrap()) >= Duration::from_millis(700));
         drop(tx);
     }
 
