@@ -274,4 +274,78 @@ mod tests {
             report.longest_batch_ms
         );
     }
+
+    /// Each open owner's stored bytes and events as its counters say, and as its rows say;
+    /// and the relay's totals against the sum of its owners'.
+    fn counters_match_rows(s: &SqliteStore) {
+        let c = lock(&s.writer);
+        let mismatched: i64 = c
+            .query_row(
+                "SELECT count(*) FROM owners AS o WHERE closed_at IS NULL AND (
+                   stored_bytes != (SELECT coalesce(sum(bytes), 0) FROM events AS e WHERE e.owner_key = o.owner_key)
+                   OR event_count != (SELECT count(*) FROM events AS e WHERE e.owner_key = o.owner_key))",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(mismatched, 0, "an open owner's counters drifted from its rows");
+        let (total, sum): (i64, i64) = c
+            .query_row(
+                "SELECT (SELECT value FROM relay_meta WHERE key = 'total_bytes'), (SELECT coalesce(sum(stored_bytes), 0) FROM owners)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .unwrap();
+        assert_eq!(total, sum, "the relay's total drifted from its owners'");
+        let closed_left: i64 = c
+            .query_row("SELECT coalesce(sum(stored_bytes), 0) FROM owners WHERE closed_at IS NOT NULL", [], |r| {
+                r.get(0)
+            })
+            .unwrap();
+        assert_eq!(closed_left, 0, "a closed owner still counts bytes");
+    }
+
+    #[test]
+    fn an_owner_closed_after_a_pass_listed_it_is_skipped_and_every_counter_still_matches_the_rows() {
+        let (_dir, s) = store("close-race");
+        let owners: Vec<String> = (0..2).map(|i| format!("{i:0>22}")).collect();
+        for owner in &owners {
+            for round in 0..3 {
+                let events = (0..400)
+                    .map(|i| NewEvent {
+                        event_id: format!("{round}-{i:05}"),
+                        stream_id: Some(format!("{:0>22}", i % 40)),
+                        json: format!("{{\"i\":{i}}}"),
+                    })
+                    .collect();
+                s.push(owner, "hash", events, NOW, MayRegister::Yes, None).unwrap();
+            }
+        }
+        // The pass lists both owners, then waits for the writer; meanwhile the second owner is
+        // closed (its log left for the purge, as when a close's own purge was cut short).
+        let (held, closed) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|scope| {
+            let closer = scope.spawn(|| {
+                let mut conn = lock(&s.writer);
+                held.wait();
+                std::thread::sleep(Duration::from_millis(200)); // the pass is waiting by now
+                let tx = conn.transaction().unwrap();
+                super::super::mark_closed(&tx, &owners[1], "hash", NOW).unwrap();
+                tx.commit().unwrap();
+                drop(conn);
+                closed.wait();
+            });
+            held.wait();
+            let pass = scope.spawn(|| compact_all(&s, NOW, &AtomicBool::new(false)).unwrap());
+            closed.wait();
+            closer.join().unwrap();
+            let report = pass.join().unwrap();
+            assert_eq!(report.deleted_events, 1200 - 40, "the open owner's old versions only");
+        });
+        counters_match_rows(&s);
+        compact_all(&s, NOW, &AtomicBool::new(false)).unwrap();
+        counters_match_rows(&s);
+        let left: i64 = lock(&s.writer).query_row("SELECT count(*) FROM events", [], |r| r.get(0)).unwrap();
+        assert_eq!(left, 40, "the open owner's newest versions; the closed owner's log is purged");
+    }
 }

@@ -316,6 +316,36 @@ fn orphan_claimed(tx: &rusqlite::Transaction<'_>, owner_id: &str, hash: &str) ->
     Ok(stmt.exists(params![owner_id, hash])?)
 }
 
+/// A close's transaction: the owner marked closed (nothing of it readable from here on), its
+/// blobs' rows deleted and its counters settled; its log is left to [`compact::purge_owner_log`].
+/// Returns the answer and, if it was open until now, its key.
+fn mark_closed(
+    tx: &rusqlite::Transaction<'_>,
+    owner_id: &str,
+    token_hash: &str,
+    now: &str,
+) -> Result<(CloseResponse, Option<i64>), StoreError> {
+    let owner = owner_row(tx, owner_id)?.ok_or(StoreError::UnknownOwner)?;
+    match owners::authorize(&owner, token_hash) {
+        Err(StoreError::Closed) => {
+            return Ok((CloseResponse { closed: true, deleted_events: 0, deleted_blobs: 0 }, None));
+        }
+        other => other?,
+    }
+    let deleted_events = owner.event_count;
+    let deleted_blobs = tx.execute("DELETE FROM blobs WHERE owner_id = ?1", [owner_id])? as u64;
+    let d = Delta {
+        bytes: -(owner.stored_bytes as i64),
+        events: -(owner.event_count as i64),
+        streams: -(owner.stream_count as i64),
+    };
+    apply(tx, owner_id, d)?;
+    bump(tx, "blobs", -(deleted_blobs as i64))?;
+    bump(tx, "closed_owners", 1)?;
+    tx.execute("UPDATE owners SET closed_at = ?2 WHERE owner_id = ?1", params![owner_id, now])?;
+    Ok((CloseResponse { closed: true, deleted_events, deleted_blobs }, Some(owner.key)))
+}
+
 impl RelayStore for SqliteStore {
     fn epoch(&self) -> String {
         self.epoch.clone()
@@ -431,27 +461,7 @@ impl RelayStore for SqliteStore {
         // Marked closed (nothing of it readable from here on) and its counters settled in one
         // transaction; its log is then deleted in batches, so a large log never holds the writer
         // for long (a crash midway leaves the rest to the next compaction pass).
-        let (closed, owner_key) = self.write(deadline, |tx| {
-            let owner = owner_row(tx, owner_id)?.ok_or(StoreError::UnknownOwner)?;
-            match owners::authorize(&owner, token_hash) {
-                Err(StoreError::Closed) => {
-                    return Ok((CloseResponse { closed: true, deleted_events: 0, deleted_blobs: 0 }, None));
-                }
-                other => other?,
-            }
-            let deleted_events = owner.event_count;
-            let deleted_blobs = tx.execute("DELETE FROM blobs WHERE owner_id = ?1", [owner_id])? as u64;
-            let d = Delta {
-                bytes: -(owner.stored_bytes as i64),
-                events: -(owner.event_count as i64),
-                streams: -(owner.stream_count as i64),
-            };
-            apply(tx, owner_id, d)?;
-            bump(tx, "blobs", -(deleted_blobs as i64))?;
-            bump(tx, "closed_owners", 1)?;
-            tx.execute("UPDATE owners SET closed_at = ?2 WHERE owner_id = ?1", params![owner_id, now])?;
-            Ok((CloseResponse { closed: true, deleted_events, deleted_blobs }, Some(owner.key)))
-        })?;
+        let (closed, owner_key) = self.write(deadline, |tx| mark_closed(tx, owner_id, token_hash, now))?;
         if let Some(key) = owner_key {
             let mut report = CompactionReport::default();
             let until = Some(Instant::now() + crate::store::CLOSE_PURGE_BUDGET);
