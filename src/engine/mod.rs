@@ -133,7 +133,8 @@ pub struct Engine {
     clock: RefCell<HlcClock>,
     relays: RefCell<Vec<RelayRuntime>>,
     /// Registration tokens by relay URL (`REGISTRATION=token` relays; see [`Engine::set_registration_token`]).
-    registration_tokens: RefCell<std::collections::BTreeMap<String, String>>,
+    /// A list, not a map: a handful of relays at most, and no tree map's code in the module.
+    registration_tokens: RefCell<Vec<(String, String)>>,
     transport: Rc<dyn Transport>,
     wall: Rc<dyn Clock>,
     rng: RefCell<Box<dyn Entropy>>,
@@ -244,7 +245,7 @@ impl Engine {
             device_id,
             clock: RefCell::new(clock),
             relays: RefCell::new(Vec::new()),
-            registration_tokens: RefCell::new(std::collections::BTreeMap::new()),
+            registration_tokens: RefCell::new(Vec::new()),
             transport: env.transport,
             wall: env.clock,
             rng: RefCell::new(env.entropy),

@@ -411,15 +411,16 @@ impl Engine {
     /// writes to the relay at `url` (and to no other); a relay reads it only while the owner is
     /// new to it, so it is needed once per owner and relay. Kept in memory only.
     pub fn set_registration_token(&self, url: &str, token: Option<String>) {
-        let key = url.trim_end_matches('/').to_owned();
+        let key = url.trim_end_matches('/');
         let mut tokens = self.registration_tokens.borrow_mut();
-        match token.filter(|t| !t.trim().is_empty()) {
-            Some(t) => tokens.insert(key, t.trim().to_owned()),
-            None => tokens.remove(&key),
-        };
+        tokens.retain(|(u, _)| u != key);
+        if let Some(t) = token.filter(|t| !t.trim().is_empty()) {
+            tokens.push((key.to_owned(), t.trim().to_owned()));
+        }
     }
 
     fn registration_token(&self, url: &str) -> Option<String> {
-        self.registration_tokens.borrow().get(url.trim_end_matches('/')).cloned()
+        let key = url.trim_end_matches('/');
+        self.registration_tokens.borrow().iter().find(|(u, _)| u == key).map(|(_, t)| t.clone())
     }
 }
