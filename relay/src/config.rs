@@ -38,7 +38,7 @@ pub const SETTINGS: &[(&str, &str, &str)] = &[
     ("MAX_IN_FLIGHT_BYTES", "268435456", "request body and response bytes held at once (a response's until it is sent); more get 503"),
     ("MAX_IN_FLIGHT_PER_CLIENT", "64", "requests one client address (an IPv6 client by its /64) may have in flight at once; more get 429 with Retry-After; 0: no cap"),
     ("MIN_BYTES_PER_SEC", "4096", "slowest a request body or a response may move, averaged, after MIN_BYTES_GRACE_MS: a slower body gets 408, a slower reader's connection is closed; 0: any pace"),
-    ("MIN_BYTES_GRACE_MS", "30000", "the time a request body or a response gets before MIN_BYTES_PER_SEC counts (a radio handover, a slow start)"),
+    ("MIN_BYTES_GRACE_MS", "30000", "the time a request body or a response gets before MIN_BYTES_PER_SEC counts (a radio handover, a slow start); at least 1000"),
     ("MAX_CONNECTIONS_PER_CLIENT", "1000", "open connections from one client address (an IPv6 client by its /64); not applied with CLIENT_IP_HEADER set (behind a proxy, the proxy caps); 0: no cap"),
     ("MAX_CONNECTIONS", "12000", "open connections; further ones are closed at once (the relay raises its file-descriptor limit to fit, or lowers this to the limit)"),
     ("HEADER_TIMEOUT_MS", "10000", "a connection must send a request's headers within this"),
@@ -340,7 +340,7 @@ impl Config {
             client_bytes_per_hour: num(&lookup, "CLIENT_BYTES_PER_HOUR", a.client_bytes_per_hour, 0)?,
             max_in_flight_per_client: num(&lookup, "MAX_IN_FLIGHT_PER_CLIENT", a.max_in_flight_per_client, 0)?,
             min_bytes_per_sec: num(&lookup, "MIN_BYTES_PER_SEC", a.min_bytes_per_sec, 0)?,
-            min_bytes_grace_ms: num(&lookup, "MIN_BYTES_GRACE_MS", a.min_bytes_grace_ms, 0)?,
+            min_bytes_grace_ms: num(&lookup, "MIN_BYTES_GRACE_MS", a.min_bytes_grace_ms, 1000)?,
             client_ip_header: lookup("CLIENT_IP_HEADER").filter(|h| !h.trim().is_empty()).map(|h| h.trim().to_owned()),
             live_max_waiters: 0,
             live_max_waiters_per_owner: num(&lookup, "LIVE_MAX_WAITERS_PER_OWNER", a.live_max_waiters_per_owner, 0)?,
@@ -526,6 +526,22 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registration_keys_without_token_mode_and_a_grace_under_a_second_are_refused_naming_the_setting() {
+        let with = |pairs: &'static [(&'static str, &'static str)]| {
+            Config::from_lookup(move |k| pairs.iter().find(|(n, _)| *n == k).map(|(_, v)| (*v).to_owned()))
+        };
+        const KEY: &str = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA";
+        assert_eq!(with(&[("REGISTRATION_KEYS", KEY)]).unwrap_err().name, "REGISTRATION_KEYS");
+        assert_eq!(
+            with(&[("REGISTRATION", "closed"), ("REGISTRATION_KEYS", KEY)]).unwrap_err().name,
+            "REGISTRATION_KEYS"
+        );
+        assert!(with(&[("REGISTRATION", "token"), ("REGISTRATION_KEYS", KEY)]).unwrap().registration_keys.is_some());
+        assert_eq!(with(&[("MIN_BYTES_GRACE_MS", "0")]).unwrap_err().name, "MIN_BYTES_GRACE_MS");
+        assert_eq!(with(&[("MIN_BYTES_GRACE_MS", "1000")]).unwrap().admission.pace_grace().as_millis(), 1000);
+    }
 
     #[test]
     fn defaults_apply_when_nothing_is_set() {

@@ -134,7 +134,9 @@ pub fn state(config: &Config, store: Arc<dyn RelayStore>) -> AppState {
             a.max_in_flight_requests,
             a.max_in_flight_bytes,
             a.max_in_flight_per_client,
-            config.limits.max_request_bytes.max(config.limits.max_blob_bytes) as u64,
+            // The largest body or answer: a push, a chunk, a pull page (its events and JSON).
+            config.limits.max_request_bytes.max(config.limits.max_blob_bytes).max(config.limits.max_pull_bytes + 65_536)
+                as u64,
         )),
         registrations: Arc::new(RateLimit::new(a.registrations_per_minute)),
         auth_failures: Arc::new(RateLimit::new(a.auth_failures_per_minute)),

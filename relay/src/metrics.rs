@@ -78,7 +78,8 @@ impl Metrics {
     }
 
     /// Counts a request or connection refused by admission control (`overloaded`,
-    /// `rate_limited_auth`, `rate_limited_registration`, `rate_limited_bytes`, `registration_closed`,
+    /// `rate_limited_auth`, `rate_limited_registration`, `rate_limited_bytes`, `client_in_flight`,
+    /// `client_bytes`, `registration_closed`,
     /// `connections`, `too_large`).
     pub fn record_rejection(&self, reason: &'static str) {
         *lock(&self.rejections).entry(reason).or_default() += 1;

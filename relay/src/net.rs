@@ -133,6 +133,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for IdleTimeout<S> {
 
 impl<S: AsyncWrite + Unpin> AsyncWrite for IdleTimeout<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        // A new answer (its status line) starts its own pace clock.
+        if !self.write_blocked && buf.starts_with(b"HTTP/1.") {
+            self.backlog = None;
+        }
         match Pin::new(&mut self.inner).poll_write(cx, buf) {
             Poll::Ready(r) => {
                 if let Ok(n) = r {

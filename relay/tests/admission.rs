@@ -675,6 +675,7 @@ async fn a_response_holds_its_bytes_in_the_budget_until_sent_and_a_reader_slower
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut slow = socket.connect(relay.addr().parse().unwrap()).await.unwrap();
+    let asked = Instant::now();
     slow.write_all(
         format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {}\r\n\r\n", alice.token()).as_bytes(),
     )
@@ -698,8 +699,9 @@ async fn a_response_holds_its_bytes_in_the_budget_until_sent_and_a_reader_slower
         assert!(started.elapsed() < Duration::from_secs(25), "the slow reader was never cut off");
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    let took = started.elapsed();
+    let (took, since_asked) = (started.elapsed(), asked.elapsed());
     assert!(took < Duration::from_secs(15), "cut off after {took:?}, not by IDLE_TIMEOUT_MS (a minute)");
+    assert!(since_asked >= Duration::from_millis(1800), "cut off {since_asked:?} after asking: within the 2 s grace");
     assert_eq!(whole.json()["events"].as_array().unwrap().len(), 54);
     // What the kernel had already taken still arrives; the rest never does.
     let mut rest = Vec::new();
@@ -711,17 +713,18 @@ async fn a_response_holds_its_bytes_in_the_budget_until_sent_and_a_reader_slower
 #[tokio::test]
 async fn one_client_holds_at_most_an_eighth_of_the_in_flight_bytes_while_others_are_served() {
     let relay = Relay::start(&[
-        ("MAX_REQUEST_BYTES", "20000"),
+        ("MAX_REQUEST_BYTES", "100000"),
         ("MAX_EVENT_BYTES", "16000"),
-        ("MAX_IN_FLIGHT_BYTES", "160000"),
+        ("MAX_PULL_BYTES", "10000"),
+        ("MAX_IN_FLIGHT_BYTES", "800000"),
         ("CLIENT_IP_HEADER", "X-Forwarded-For"),
         ("REQUEST_TIMEOUT_MS", "4000"),
         ("METRICS_ADDR", "127.0.0.1:0"),
     ]);
     let alice = Owner::new();
     assert_eq!(push_from(&relay, "10.0.0.1", &alice, alice.token()).await.status, 200);
-    // A body declared at 20000 bytes holds this client's whole share (160000 / 8).
-    let _held = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 20_000).await;
+    // A body declared at 100000 bytes holds this client's whole share (800000 / 8).
+    let _held = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100_000).await;
     let metrics = format!("{}/metrics", relay.metrics_url.as_deref().unwrap());
     wait_until(async || {
         let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();

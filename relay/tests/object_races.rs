@@ -451,6 +451,23 @@ fn the_orphan_sweep_goes_on_from_the_cursor_the_database_keeps_across_restarts()
 }
 
 #[test]
+fn the_sweep_cursor_comes_back_as_the_key_it_was_even_where_keys_are_percent_encoded() {
+    let s = setup("cursor-encoded", Duration::ZERO, Duration::from_millis(300));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // A prefix with a character the object store encodes (`~` → `%7E`).
+    let blobs = {
+        let _entered = rt.enter();
+        ObjectBlobs::with_store(s.database.clone(), s.bucket.clone(), "relay~prod", Duration::from_millis(500))
+            .with_orphan_grace(Duration::ZERO)
+    };
+    let key = Path::from(format!("relay~prod/{OWNER}/{}", chunk(4).0));
+    rt.block_on(s.bucket.put(&key, PutPayload::from(b"left by a refused upload".to_vec()))).unwrap();
+    s.database.set_sweep_cursor(Some(key.as_ref())).unwrap();
+    assert_eq!(blobs.sweep_orphans().unwrap().deleted, 0, "the walk goes on after the cursor's key");
+    assert_eq!(blobs.sweep_orphans().unwrap().deleted, 1, "and wraps around to it");
+}
+
+#[test]
 fn the_closed_owner_sweep_records_what_it_finished_and_goes_on_past_a_failure() {
     let s = setup("closed", Duration::from_secs(3600), Duration::from_millis(300));
     let owners = ["BBBBBBBBBBBBBBBBBBBBBB", "CCCCCCCCCCCCCCCCCCCCCC", "DDDDDDDDDDDDDDDDDDDDDD"];

@@ -36,8 +36,8 @@ pub struct Budget {
 impl Budget {
     /// A budget of `requests` requests and `bytes` bytes; one client address may hold
     /// `per_client` of those requests (0: no per-client caps) and an eighth of the bytes, or
-    /// `largest_body` if that is more.
-    pub fn new(requests: usize, bytes: u64, per_client: usize, largest_body: u64) -> Budget {
+    /// `largest` (the largest body or answer a route has) if that is more.
+    pub fn new(requests: usize, bytes: u64, per_client: usize, largest: u64) -> Budget {
         let unit = 1024;
         let permits = (bytes / unit).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize) as u64) as u32;
         Budget {
@@ -47,7 +47,7 @@ impl Budget {
             byte_units: permits,
             per_client: Arc::new(ClientShares {
                 max_requests: per_client,
-                max_bytes: (bytes / 8).max(largest_body),
+                max_bytes: (bytes / 8).max(largest),
                 held: Mutex::new(HashMap::new()),
             }),
         }
@@ -120,7 +120,9 @@ impl ClientShare {
         let mut held = self.shares.held.lock().unwrap_or_else(|p| p.into_inner());
         let Some((_, b)) = held.get_mut(&self.key) else { return false };
         let others = *b - self.bytes;
-        if bytes > self.bytes && others + bytes > self.shares.max_bytes {
+        // A lone answer always fits (as in the whole budget): a client reading nothing else
+        // can always be sent the largest page.
+        if bytes > self.bytes && others > 0 && others + bytes > self.shares.max_bytes {
             return false;
         }
         *b = others + bytes;
@@ -235,7 +237,7 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
                         st.budget.per_client.max_requests
                     ),
                     OverShare::Bytes => format!(
-                        "this client holds {} bytes of requests and answers in flight (an eighth of MAX_IN_FLIGHT_BYTES); try again when one has finished",
+                        "this client holds its share of {} bytes of requests and answers in flight (MAX_IN_FLIGHT_BYTES / 8); try again when one has finished",
                         st.budget.per_client.max_bytes
                     ),
                 };
@@ -267,9 +269,9 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
     // A read can be asked again; a write's answer is sent whatever the budget (what it did is
     // done, and its answer is small).
     if method == Method::GET && !shared {
-        st.metrics.record_rejection("client_in_flight");
+        st.metrics.record_rejection("client_bytes");
         let message = format!(
-            "this client holds {} bytes of answers not yet taken (an eighth of MAX_IN_FLIGHT_BYTES); try again when it has read them",
+            "this client holds its share of {} bytes of answers not yet taken (MAX_IN_FLIGHT_BYTES / 8); try again when it has read them",
             st.budget.per_client.max_bytes
         );
         return ApiError::RateLimited { message, retry_after: 1 }.into_response();
@@ -280,4 +282,48 @@ pub async fn admit(State(st): State<AppState>, req: Request, next: Next) -> Resp
             .into_response();
     }
     resp.map(|b| Body::new(Held::new(b, (hold, share))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shares(max_requests: usize, max_bytes: u64) -> Arc<ClientShares> {
+        Arc::new(ClientShares { max_requests, max_bytes, held: Mutex::new(HashMap::new()) })
+    }
+
+    fn held(s: &ClientShares) -> Option<(usize, u64)> {
+        s.held.lock().unwrap().get(&"10.0.0.1".parse::<IpAddr>().unwrap()).copied()
+    }
+
+    #[test]
+    fn a_share_counts_requests_and_bytes_until_dropped_and_refuses_past_either_cap() {
+        let s = shares(2, 1000);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let a = s.take(ip, 600).ok().unwrap();
+        assert!(matches!(s.take(ip, 600), Err(OverShare::Bytes)));
+        let b = s.take(ip, 100).ok().unwrap();
+        assert!(matches!(s.take(ip, 0), Err(OverShare::Requests)));
+        assert!(s.take("10.0.0.2".parse().unwrap(), 1000).is_ok(), "another address has its own share");
+        assert_eq!(held(&s), Some((2, 700)));
+        drop((a, b));
+        assert_eq!(held(&s), None, "nothing held, no entry");
+    }
+
+    #[test]
+    fn an_answer_takes_the_place_of_its_body_and_a_lone_answer_always_fits() {
+        let s = shares(8, 1000);
+        let ip: IpAddr = "10.0.0.1".parse().unwrap();
+        let mut lone = s.take(ip, 900).ok().unwrap();
+        assert!(lone.hold(5000), "nothing else held: the largest answer is sent");
+        assert_eq!(held(&s), Some((1, 5000)));
+        assert!(lone.hold(10), "shrinking always fits");
+        let mut other = s.take(ip, 0).ok().unwrap();
+        assert!(!other.hold(995), "with another answer held, past the cap");
+        assert_eq!(held(&s), Some((2, 10)), "a refused hold changes nothing");
+        assert!(other.hold(990));
+        drop(lone);
+        drop(other);
+        assert_eq!(held(&s), None);
+    }
 }

@@ -69,6 +69,9 @@ pub async fn put(
         reg_token.as_deref(),
     );
     if let MayRegister::Refused(why) = register {
+        // The body (admitted, at most MAX_BLOB_BYTES) is read and dropped, so the client gets
+        // this answer rather than a reset of a connection closed with its upload unread.
+        let _ = body_bytes(&headers, body, st.limits.max_blob_bytes, "the blob chunk").await;
         return Err(super::store_failure(&st, StoreError::RegistrationRefused(why)));
     }
     let bytes = body_bytes(&headers, body, st.limits.max_blob_bytes, "the blob chunk").await?;

@@ -52,6 +52,9 @@ pub struct ObjectBlobs {
     inner: Arc<dyn RelayStore>,
     objects: Arc<dyn ObjectStore>,
     prefix: String,
+    /// The prefix as it appears in listed keys (the object store percent-encodes some
+    /// characters of a key's parts, `~` as `%7E`).
+    listed_prefix: String,
     handle: tokio::runtime::Handle,
     timeout: Duration,
     /// How old an object without a row must be before the orphan sweep deletes it.
@@ -140,6 +143,7 @@ impl ObjectBlobs {
             inner,
             objects,
             prefix: prefix.trim_matches('/').to_owned(),
+            listed_prefix: Path::from(prefix.trim_matches('/')).as_ref().to_owned(),
             handle: tokio::runtime::Handle::current(),
             timeout,
             orphan_grace: Duration::from_secs(3600),
@@ -238,7 +242,8 @@ impl ObjectBlobs {
     /// or None for a key of any other shape (left alone).
     fn parse_key(&self, key: &Path) -> Option<(String, String)> {
         let key = key.as_ref();
-        let rest = if self.prefix.is_empty() { key } else { key.strip_prefix(&self.prefix)?.strip_prefix('/')? };
+        let rest =
+            if self.prefix.is_empty() { key } else { key.strip_prefix(&self.listed_prefix)?.strip_prefix('/')? };
         let (owner, hash) = rest.split_once('/')?;
         let b64 = |s: &str, len: usize| {
             s.len() == len && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
@@ -253,7 +258,8 @@ impl ObjectBlobs {
     pub fn sweep_orphans(&self) -> Result<SweepReport, StoreError> {
         let now = now_ms();
         self.inner.release_orphan_claims()?;
-        let after = self.inner.sweep_cursor()?.map(Path::from);
+        // Stored as the key's text: parsed back as is (`Path::from` would encode it again).
+        let after = self.inner.sweep_cursor()?.and_then(|k| Path::parse(k).ok());
         let root = (!self.prefix.is_empty()).then(|| Path::from(self.prefix.as_str()));
         let batch: Vec<ObjectMeta> = self.call(async {
             let mut listing = match &after {
@@ -272,7 +278,9 @@ impl ObjectBlobs {
         // S3 lists in key order; the largest key is the cursor either way.
         let next =
             if batch.len() < ORPHAN_SWEEP_BATCH { None } else { batch.iter().map(|m| &m.location).max().cloned() };
-        self.inner.set_sweep_cursor(next.as_ref().map(|p| p.as_ref()))?;
+        if next != after {
+            self.inner.set_sweep_cursor(next.as_ref().map(|p| p.as_ref()))?;
+        }
         let old_enough = now.saturating_sub(self.orphan_grace.as_millis() as u64) as i64;
         let mut report = SweepReport::default();
         for meta in batch {
