@@ -94,18 +94,22 @@ async fn stalled_push(relay: &Relay, alice: &Owner, declared: u64, in_flight: u6
     let mut tcp = TcpStream::connect(relay.addr()).await.unwrap();
     tcp.write_all(&head_only("POST", "/v1/events", Some(alice.token()), declared)).await.unwrap();
     // Wait until the relay handles it (a new connection may be accepted after requests on
-    // connections already open): `in_flight` requests, read where reading takes no place in
-    // the budget (the metrics listener).
+    // connections already open).
+    wait_for_in_flight(relay, in_flight).await;
+    tcp
+}
+
+/// Waits until the relay handles at least `n` requests, read where reading takes no place in
+/// the budget (the metrics listener: `METRICS_ADDR` set).
+async fn wait_for_in_flight(relay: &Relay, n: u64) {
     let metrics = format!("{}/metrics", relay.metrics_url.as_deref().expect("METRICS_ADDR set"));
     wait_until(async || {
         let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
         m.lines().any(|l| {
-            l.strip_prefix("simplysync_http_requests_in_flight ")
-                .is_some_and(|n| n.parse::<u64>().unwrap_or(0) >= in_flight)
+            l.strip_prefix("simplysync_http_requests_in_flight ").is_some_and(|v| v.parse::<u64>().unwrap_or(0) >= n)
         })
     })
     .await;
-    tcp
 }
 
 async fn wait_until(mut ok: impl AsyncFnMut() -> bool) {
@@ -605,12 +609,7 @@ async fn one_client_holds_at_most_max_in_flight_per_client_requests_while_other_
     assert_eq!(push_from(&relay, "10.0.0.1", &alice, alice.token()).await.status, 200);
     let _a = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100).await;
     let _b = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100).await;
-    let metrics = format!("{}/metrics", relay.metrics_url.as_deref().unwrap());
-    wait_until(async || {
-        let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
-        m.lines().any(|l| l == "simplysync_http_requests_in_flight 2")
-    })
-    .await;
+    wait_for_in_flight(&relay, 2).await;
     let r = push_from(&relay, "10.0.0.1", &alice, alice.token()).await;
     r.assert_error(429, "rate_limited");
     assert!(r.json()["message"].as_str().unwrap().contains("MAX_IN_FLIGHT_PER_CLIENT"));
@@ -725,12 +724,7 @@ async fn one_client_holds_at_most_an_eighth_of_the_in_flight_bytes_while_others_
     assert_eq!(push_from(&relay, "10.0.0.1", &alice, alice.token()).await.status, 200);
     // A body declared at 100000 bytes holds this client's whole share (800000 / 8).
     let _held = open_from(&relay, "10.0.0.1", "POST", "/v1/events", alice.token(), 100_000).await;
-    let metrics = format!("{}/metrics", relay.metrics_url.as_deref().unwrap());
-    wait_until(async || {
-        let m = String::from_utf8(common::send(reqwest::Method::GET, &metrics, None, None).await.bytes).unwrap();
-        m.lines().any(|l| l == "simplysync_http_requests_in_flight 1")
-    })
-    .await;
+    wait_for_in_flight(&relay, 1).await;
     let r = push_from(&relay, "10.0.0.1", &alice, alice.token()).await;
     r.assert_error(429, "rate_limited");
     assert!(r.json()["message"].as_str().unwrap().contains("MAX_IN_FLIGHT_BYTES"), "{:?}", r.json());
